@@ -1,0 +1,1 @@
+"""Pure math of the credit-assignment methods: lists and tensors in, lists and tensors out, no I/O."""

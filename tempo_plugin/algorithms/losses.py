@@ -1,0 +1,51 @@
+"""Clipped policy-gradient loss, the same surrogate as slime's ``compute_policy_loss``.
+
+Per loss token t with current log-prob log pi_theta, old (sampler) log-prob log pi_old and
+advantage A_t:
+
+    rho_t = exp(log pi_theta(y_t) - log pi_old(y_t))
+    l_t   = max(-rho_t A_t, -clip(rho_t, 1 - eps_low, 1 + eps_high) A_t)
+
+The per-sample loss is the mean of l_t over its loss tokens, and the batch loss the mean over
+samples (slime's default aggregation when ``--calculate-per-token-loss`` is off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class PolicyLossOutput:
+    loss: torch.Tensor
+    clip_fraction: torch.Tensor
+    approx_kl: torch.Tensor
+
+
+def clipped_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> PolicyLossOutput:
+    """All inputs are [B, T]; ``loss_mask`` is 1 on trained tokens. Returns scalar tensors."""
+    mask = loss_mask.to(logprobs.dtype)
+    log_ratio = (logprobs - old_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    unclipped = -ratio * advantages
+    clipped = -torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    per_token = torch.maximum(unclipped, clipped)
+    tokens_per_sample = mask.sum(dim=1).clamp(min=1.0)
+    has_tokens = (mask.sum(dim=1) > 0).to(logprobs.dtype)
+    per_sample = (per_token * mask).sum(dim=1) / tokens_per_sample
+    n_samples = has_tokens.sum().clamp(min=1.0)
+    loss = (per_sample * has_tokens).sum() / n_samples
+    with torch.no_grad():
+        total = mask.sum().clamp(min=1.0)
+        clip_fraction = (((unclipped < clipped).to(mask.dtype)) * mask).sum() / total
+        approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / total
+    return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)

@@ -1,0 +1,109 @@
+"""TEMPO training signals (algorithms.md section 1.8).
+
+For one start state s with branches n = 1..N, each branch rolled out for at most H rounds:
+
+    r_n  = segment reward of branch n (environment reward collected inside the macro-step)
+    V_n  = 0 if branch n is terminal, else the critic's value of its endpoint
+    R_n  = r_n + V_n                      branch return (truncated tail filled by the critic)
+    G(s) = (1/N) sum_n R_n                TD target for V(s)
+    A_n  = R_n - G(s)                     actor advantage (mean-centred, no std division)
+
+For the critic at s with K sampled estimates V_k (None = the completion did not parse):
+
+    e_k  = |V_k - G| / R_max              estimation error, 1 for a parse failure
+    r_k  = -e_k                           critic reward (-1 = -R_max/R_max for a parse failure)
+    A_k  = r_k - (1/K) sum_j r_j          critic advantage (mean-centred, no std division)
+
+A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
+contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
+trajectory through s (1 if it was eventually won, else 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+ADVANTAGE_EPSILON = 1e-12
+
+
+@dataclass(frozen=True)
+class ActorSignals:
+    returns: list[float]
+    value_target: float
+    advantages: list[float]
+    degenerate: bool
+    zero_reward_value_std: float
+
+
+@dataclass(frozen=True)
+class CriticSignals:
+    rewards: list[float]
+    advantages: list[float]
+    errors: list[float]
+    degenerate: bool
+    parse_failures: int
+
+
+def _population_std(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def actor_signals(
+    segment_rewards: Sequence[float],
+    endpoint_values: Sequence[float | None],
+    terminal: Sequence[bool],
+) -> ActorSignals:
+    """R_n = r_n + (0 if terminal_n else V_n); G = mean R_n; A_n = R_n - G.
+
+    ``zero_reward_value_std`` is the population std of V_n over the non-terminal branches with
+    r_n = 0 (0 when fewer than two): branches the environment cannot tell apart but the critic can
+    (metric ``actor/value_gap_zero_reward``). An endpoint value of None on a non-terminal branch
+    (no critic sample parsed) counts as 0.
+    """
+    n = len(segment_rewards)
+    if n == 0 or len(endpoint_values) != n or len(terminal) != n:
+        raise ValueError(
+            f"actor_signals needs N >= 1 branches with equal lengths, got rewards={n}, "
+            f"values={len(endpoint_values)}, terminal={len(terminal)}"
+        )
+    bootstrap = [0.0 if t or v is None else float(v) for v, t in zip(endpoint_values, terminal)]
+    returns = [float(r) + v for r, v in zip(segment_rewards, bootstrap)]
+    value_target = sum(returns) / n
+    advantages = [ret - value_target for ret in returns]
+    degenerate = all(abs(a) <= ADVANTAGE_EPSILON for a in advantages)
+    zero_reward_values = [
+        v for r, v, t in zip(segment_rewards, bootstrap, terminal) if not t and float(r) == 0.0
+    ]
+    return ActorSignals(
+        returns=returns,
+        value_target=value_target,
+        advantages=advantages,
+        degenerate=degenerate,
+        zero_reward_value_std=_population_std(zero_reward_values),
+    )
+
+
+def critic_signals(
+    estimates: Sequence[float | None], value_target: float, r_max: float = 1.0
+) -> CriticSignals:
+    """e_k = |V_k - G| / R_max (1 if V_k is None); r_k = -e_k; A_k = r_k - mean_j r_j."""
+    if len(estimates) == 0:
+        raise ValueError("critic_signals needs K >= 1 estimates")
+    if not r_max > 0:
+        raise ValueError(f"r_max must be > 0 (--r-max), got {r_max}")
+    errors = [1.0 if v is None else abs(float(v) - value_target) / r_max for v in estimates]
+    rewards = [-e for e in errors]
+    mean_reward = sum(rewards) / len(rewards)
+    advantages = [r - mean_reward for r in rewards]
+    return CriticSignals(
+        rewards=rewards,
+        advantages=advantages,
+        errors=errors,
+        degenerate=all(abs(a) <= ADVANTAGE_EPSILON for a in advantages),
+        parse_failures=sum(v is None for v in estimates),
+    )

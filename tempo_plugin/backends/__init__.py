@@ -1,0 +1,1 @@
+"""Runtimes: ``local`` (embedded, HF transformers) and ``slime`` (hooks for the slime framework)."""

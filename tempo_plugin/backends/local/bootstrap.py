@@ -1,0 +1,157 @@
+"""Supervised format bootstrap for the tiny random-init model (a real model skips it).
+
+It teaches formats only. Actor demonstrations are noisy walkthroughs: the key is chosen uniformly
+at random (the sign is ignored) and 20% of the later moves are random admissible actions, so the
+policy is valid but has clear room to improve. Critic demonstrations carry uniformly random values
+in the ``<value>`` format, so the critic starts uninformative and value learning happens in the
+warm-up and TD phases, where the run measures it.
+
+Demonstrations are rendered with the same ChatProtocol as the rollouts (same token extension), on
+games from a seed range disjoint from training and evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_value
+from tempo_plugin.envs.vault import VaultEnv
+from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
+
+DEMO_GAME_OFFSET = 3_000_000_000
+ACTOR_NOISE = 0.2
+
+
+@dataclass(frozen=True)
+class Demo:
+    tokens: list[int]
+    loss_mask: list[int]
+
+
+def noisy_walkthrough_action(env: VaultEnv, rng: random.Random) -> str:
+    actions = env.admissible_actions()
+    if env.position == 0:
+        return rng.choice(actions)
+    if rng.random() < ACTOR_NOISE:
+        return rng.choice(actions)
+    return env.expert_action() or ("open vault" if "open vault" in actions else "north")
+
+
+def demo_texts(env: VaultEnv, rng: random.Random, max_steps: int) -> Iterator[tuple[str, list[str], str, str, int]]:
+    """(first observation, actions, observation, privileged info, round) along one noisy episode."""
+    first = env.observation
+    actions: list[str] = []
+    while not env.done and len(actions) < max_steps:
+        actions.append(noisy_walkthrough_action(env, rng))
+        env.step(actions[-1])
+        yield first, list(actions), env.observation, env.privileged_info(), len(actions)
+
+
+def actor_demo(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Random, max_steps: int) -> Demo:
+    observation = env.reset(seed)
+    tokens = protocol.render_prompt(protocol.initial_messages(env.task, observation))
+    mask = [0] * len(tokens)
+    eos = protocol.tokenizer.eos_token_id
+    for _, actions, obs, _, _ in demo_texts(env, rng, max_steps):
+        completion = protocol._encode(format_action(actions[-1])) + [eos]
+        next_tokens, completion_end = protocol.extend(tokens, completion, obs)
+        mask += [1] * len(completion) + [0] * (len(next_tokens) - completion_end)
+        tokens = next_tokens
+    return Demo(tokens, mask)
+
+
+def critic_demos(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Random, max_steps: int, count: int) -> list[Demo]:
+    env.reset(seed)
+    states = list(demo_texts(env, rng, max_steps))
+    eos = protocol.tokenizer.eos_token_id
+    demos = []
+    for _, actions, obs, hidden, round_index in rng.sample(states, min(count, len(states))):
+        prompt = protocol.render_prompt(critic_messages(env.task, hidden, actions, obs, round_index, max_steps))
+        completion = protocol._encode(format_value(rng.random())) + [eos]
+        demos.append(Demo(prompt + completion, [0] * len(prompt) + [1] * len(completion)))
+    return demos
+
+
+def tokenizer_corpus(max_steps: int, games: int = 300) -> list[str]:
+    """Texts the tiny tokenizer is trained on: ChatML-rendered actor turns and critic prompts."""
+
+    rng = random.Random(1)
+    env = VaultEnv(max_steps=max_steps)
+    texts = [ACTOR_SYSTEM_PROMPT, CRITIC_SYSTEM_PROMPT]
+    for game in range(games):
+        first = env.reset(DEMO_GAME_OFFSET + game)
+        turn = f"<|im_start|>user\nTask: {env.task}\n{first}<|im_end|>\n<|im_start|>assistant\n"
+        texts.append(turn)
+        for _, actions, obs, hidden, round_index in demo_texts(env, rng, max_steps):
+            texts.append(format_action(actions[-1]) + "<|im_end|>\n")
+            texts.append(f"<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n")
+            if rng.random() < 0.2:
+                messages = critic_messages(env.task, hidden, actions, obs, round_index, max_steps)
+                texts.append("".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages))
+                texts.append(format_value(rng.random()))
+    return texts
+
+
+def supervised_bootstrap(
+    model,
+    protocol: ChatProtocol,
+    steps: int,
+    max_steps: int,
+    seed: int,
+    learning_rate: float = 2e-3,
+    actor_per_step: int = 4,
+    critic_per_step: int = 16,
+    progress: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Cross-entropy on the demonstration tokens (mask 1 only). Returns the loss per step."""
+    rng = random.Random(seed)
+    env = VaultEnv(max_steps=max_steps)
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(steps, 1)))
+    pad_id = protocol.tokenizer.pad_token_id
+    losses = []
+    game = DEMO_GAME_OFFSET
+    model.train()
+    for step in range(steps):
+        demos = []
+        for _ in range(actor_per_step):
+            game += 1
+            demos.append(actor_demo(protocol, env, game, rng, max_steps))
+        while len(demos) < actor_per_step + critic_per_step:
+            game += 1
+            demos += critic_demos(protocol, env, game, rng, max_steps, count=4)
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = 0.0
+        for part in (demos[:actor_per_step], demos[actor_per_step:]):
+            # actor and critic demonstrations in separate forward passes (very different lengths),
+            # each role weighted one half
+            loss = 0.5 * _masked_nll(model, part, pad_id, device)
+            loss.backward()
+            loss_value += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss_value)
+        if progress is not None:
+            progress(step, losses[-1])
+    model.eval()
+    return losses
+
+
+def _masked_nll(model, demos: list[Demo], pad_id: int, device: torch.device) -> torch.Tensor:
+    """Mean next-token cross-entropy over the demonstration tokens with mask 1."""
+    from tempo_plugin.backends.local.trainer import collate
+    from tempo_plugin.rollout.samples import ACTOR, make_sample
+
+    samples = [make_sample(d.tokens, d.loss_mask, [0.0] * len(d.tokens), 0.0, ACTOR, 0, 0.0) for d in demos]
+    tensors = collate(samples, pad_id, device)
+    logits = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention"]).logits[:, :-1].float()
+    targets = tensors["input_ids"][:, 1:]
+    mask = tensors["loss_mask"][:, 1:].reshape(-1)
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    return (nll * mask).sum() / mask.sum()

@@ -1,0 +1,87 @@
+"""Load the policy: a local Hugging Face model directory, or the built-in tiny model.
+
+The tiny model is built from a config, given the supervised format bootstrap and cached on disk
+under ``<cache-dir>/tiny-<key>/`` (the key hashes everything that determines it), so later runs
+start in seconds. A real model directory is loaded as it is and skips the bootstrap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from tempo_plugin.config import ConfigError, TempoConfig
+
+TINY_VERSION = 1  # bump when the tiny model, its tokenizer or its bootstrap data change
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda was requested but torch sees no CUDA device")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def tiny_cache_dir(cfg: TempoConfig) -> Path:
+    root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
+    key = json.dumps(
+        {"v": TINY_VERSION, "env": cfg.env, "T": cfg.max_episode_steps, "steps": cfg.bootstrap_steps, "seed": cfg.seed},
+        sort_keys=True,
+    )
+    return root / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def load_pretrained(directory: str, device: torch.device) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(directory)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"--model {directory}: not a Hugging Face model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"--model {directory}: the tokenizer has no chat template")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def build_bootstrapped_tiny(
+    cfg: TempoConfig, device: torch.device, progress: Callable[[int, float], None] | None = None
+) -> tuple[Any, Any]:
+    """Load the cached bootstrapped tiny model, building and caching it first if needed."""
+    from tempo_plugin.backends.local.bootstrap import supervised_bootstrap, tokenizer_corpus
+    from tempo_plugin.backends.local.tiny import build_tiny_model, build_tokenizer
+    from tempo_plugin.rollout.protocol import ChatProtocol
+
+    if cfg.env != "vault":
+        raise ConfigError(f"the built-in tiny model is bootstrapped on the vault game only; pass --model DIR for --env {cfg.env}")
+    cache = tiny_cache_dir(cfg)
+    if (cache / "config.json").is_file():
+        return load_pretrained(str(cache), device)
+    torch.manual_seed(cfg.seed)
+    tokenizer = build_tokenizer(tokenizer_corpus(cfg.max_episode_steps))
+    model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
+    supervised_bootstrap(model, ChatProtocol(tokenizer), cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+    tmp = cache.with_name(cache.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(cache, ignore_errors=True)
+    tmp.rename(cache)
+    return load_pretrained(str(cache), device)
+
+
+def load_policy(cfg: TempoConfig, device: torch.device, progress: Callable[[int, float], None] | None = None):
+    if cfg.model:
+        return load_pretrained(cfg.model, device)
+    return build_bootstrapped_tiny(cfg, device, progress)

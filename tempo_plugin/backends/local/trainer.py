@@ -1,0 +1,107 @@
+"""One optimiser step on a list of TrainSamples with the clipped policy-gradient loss.
+
+Samples are packed into right-padded micro-batches (sorted by length, at most
+``tokens_per_micro_batch`` padded tokens each); each micro-batch's loss is weighted by its share
+of the samples, so the accumulated gradient equals that of the mean over all samples. Then the
+gradient norm is clipped and AdamW steps once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from tempo_plugin.algorithms.losses import clipped_policy_loss
+from tempo_plugin.rollout.samples import TrainSample
+
+
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[B, T] log-prob of token t given tokens < t (column 0 is 0)."""
+    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1, :].float()
+    log_dist = torch.log_softmax(logits / temperature, dim=-1)
+    picked = log_dist.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+
+
+def micro_batches(samples: Sequence[TrainSample], tokens_per_micro_batch: int) -> list[list[TrainSample]]:
+    ordered = sorted(samples, key=lambda s: len(s.tokens))
+    batches: list[list[TrainSample]] = []
+    current: list[TrainSample] = []
+    for sample in ordered:
+        if current and (len(current) + 1) * len(sample.tokens) > tokens_per_micro_batch:
+            batches.append(current)
+            current = []
+        current.append(sample)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(samples: Sequence[TrainSample], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    width = max(len(s.tokens) for s in samples)
+
+    def pad(rows, value, dtype):
+        out = torch.full((len(samples), width), value, dtype=dtype)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+        return out.to(device)
+
+    return {
+        "input_ids": pad([s.tokens for s in samples], pad_id, torch.long),
+        "attention": pad([[1] * len(s.tokens) for s in samples], 0, torch.long),
+        "loss_mask": pad([s.loss_mask for s in samples], 0, torch.float32),
+        "old_logprobs": pad([s.old_logprobs for s in samples], 0.0, torch.float32),
+        "advantages": pad([s.advantages for s in samples], 0.0, torch.float32),
+    }
+
+
+@dataclass
+class PolicyTrainer:
+    model: Any
+    optimizer: torch.optim.Optimizer
+    pad_id: int
+    temperature: float = 1.0
+    eps_clip: float = 0.2
+    eps_clip_high: float = 0.2
+    grad_clip: float = 1.0
+    tokens_per_micro_batch: int = 16384
+
+    def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
+        """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
+        if not samples:
+            return {"train/loss": 0.0, "train/skipped": 1.0}
+        device = next(self.model.parameters()).device
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = len(samples)
+        loss_sum = clip_sum = kl_sum = logprob_gap = 0.0
+        gap_count = 0
+        for batch in micro_batches(samples, self.tokens_per_micro_batch):
+            tensors = collate(batch, self.pad_id, device)
+            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature)
+            out = clipped_policy_loss(
+                logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
+                self.eps_clip, self.eps_clip_high,
+            )
+            (out.loss * len(batch) / total).backward()
+            weight = len(batch) / total
+            loss_sum += out.loss.item() * weight
+            clip_sum += out.clip_fraction.item() * weight
+            kl_sum += out.approx_kl.item() * weight
+            mask = tensors["loss_mask"] > 0
+            logprob_gap += (logprobs.detach() - tensors["old_logprobs"]).abs()[mask].sum().item()
+            gap_count += int(mask.sum().item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.optimizer.step()
+        self.model.eval()
+        return {
+            "train/loss": loss_sum,
+            "train/clip_fraction": clip_sum,
+            "train/approx_kl": kl_sum,
+            "train/grad_norm": float(grad_norm),
+            "train/sampler_logprob_abs_diff": logprob_gap / max(gap_count, 1),
+            "train/loss_tokens": float(gap_count),
+            "train/tokens": float(sum(len(s.tokens) for s in samples)),
+        }

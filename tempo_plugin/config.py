@@ -1,0 +1,149 @@
+"""One typed configuration for a TEMPO run, the single place where every setting is defined.
+
+The local CLI derives one kebab-case flag per field (``macro_rounds`` -> ``--macro-rounds``); the
+slime runtime reads the same keys from its ``--custom-config-path`` YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the flag to fix."""
+
+
+@dataclass
+class TempoConfig:
+    # TEMPO
+    macro_rounds: int = field(default=10, metadata={"help": "H: rounds per macro-step"})
+    branches: int = field(default=4, metadata={"help": "N: branches rolled out per start state"})
+    critic_samples: int = field(default=4, metadata={"help": "K: critic samples trained per start state"})
+    endpoint_samples: int = field(default=2, metadata={"help": "critic samples averaged per non-terminal endpoint"})
+    states_per_batch: int = field(default=4, metadata={"help": "start states per TD update"})
+    warmup_updates: int = field(default=10, metadata={"help": "critic-only updates with Monte-Carlo targets"})
+    warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
+    td_updates: int = field(default=10, metadata={"help": "joint actor+critic TD updates"})
+    state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
+    max_episode_steps: int = field(default=40, metadata={"help": "T: rounds per episode (a multiple of H)"})
+    r_max: float = field(default=1.0, metadata={"help": "range of the remaining return (critic error scale)"})
+    restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
+    # environment
+    env: str = field(default="vault", metadata={"help": "environment name"})
+    # generation
+    max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})
+    max_assistant_tokens: int = field(default=32, metadata={"help": "token cap of one actor turn"})
+    critic_max_tokens: int = field(default=32, metadata={"help": "token cap of one critic completion"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (actor and critic)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold"})
+    # optimisation
+    learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
+    eps_clip: float = field(default=0.2, metadata={"help": "PPO ratio clip (low)"})
+    eps_clip_high: float = field(default=0.2, metadata={"help": "PPO ratio clip (high)"})
+    train_tokens_per_micro_batch: int = field(default=16384, metadata={"help": "padded tokens per forward/backward chunk"})
+    # model
+    model: str = field(default="", metadata={"help": "local Hugging Face model directory (empty: built-in tiny model)"})
+    bootstrap_steps: int = field(default=300, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
+    cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    # run
+    eval_games: int = field(default=32, metadata={"help": "held-out games for the success rate before and after"})
+    save_every: int = field(default=5, metadata={"help": "checkpoint every N updates (the final one always)"})
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    out: str = field(default="runs/tempo-tiny", metadata={"help": "output directory"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --out"})
+
+    @property
+    def total_updates(self) -> int:
+        return self.warmup_updates + self.td_updates
+
+    def validate(self) -> "TempoConfig":
+        positive = (
+            "macro_rounds", "branches", "critic_samples", "endpoint_samples", "states_per_batch",
+            "warmup_games_per_batch", "state_store_capacity", "max_episode_steps",
+            "max_trajectory_tokens", "max_assistant_tokens", "critic_max_tokens",
+            "train_tokens_per_micro_batch", "save_every",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{flag(name)} must be >= 1 (got {getattr(self, name)})")
+        for name in ("warmup_updates", "td_updates", "bootstrap_steps", "eval_games"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
+        if self.total_updates < 1:
+            raise ConfigError("--warmup-updates plus --td-updates must be >= 1")
+        if self.max_episode_steps % self.macro_rounds != 0:
+            raise ConfigError(
+                f"--max-episode-steps ({self.max_episode_steps}) must be a multiple of "
+                f"--macro-rounds ({self.macro_rounds})"
+            )
+        if self.branches < 2 and self.td_updates > 0:
+            raise ConfigError("--branches must be >= 2: advantages are centred within the N branches")
+        if self.critic_samples < 2:
+            raise ConfigError("--critic-samples must be >= 2: critic rewards are centred within the K samples")
+        for name in ("r_max", "temperature", "learning_rate"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{flag(name)} must be > 0 (got {getattr(self, name)})")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
+        for name in ("eps_clip", "eps_clip_high", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
+        if self.restore not in ("auto", "replay"):
+            raise ConfigError(f"--restore must be auto or replay (got {self.restore!r})")
+        if self.max_assistant_tokens >= self.max_trajectory_tokens:
+            raise ConfigError("--max-assistant-tokens must be below --max-trajectory-tokens")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TempoConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown TEMPO setting(s): {', '.join(unknown)}")
+        return cls(**values)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tempo_plugin.train",
+        description="TEMPO on the embedded runtime: critic warm-up, then joint actor+critic TD updates.",
+    )
+    for f in fields(TempoConfig):
+        kwargs: dict[str, Any] = {"default": f.default, "help": f"{f.metadata.get('help', '')} (default: %(default)s)"}
+        if f.type in (bool, "bool"):
+            kwargs.update(nargs="?", const=True, type=_parse_bool)
+        else:
+            kwargs["type"] = {"int": int, "float": float, "str": str}.get(str(f.type), type(f.default))
+        if "choices" in f.metadata:
+            kwargs["choices"] = f.metadata["choices"]
+        parser.add_argument(flag(f.name), dest=f.name, **kwargs)
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> TempoConfig:
+    namespace = build_parser().parse_args(argv)
+    return TempoConfig(**vars(namespace)).validate()

@@ -1,0 +1,48 @@
+"""The critic prompt: one place for its wording.
+
+The critic sees the task, the privileged information (hidden from the actor), where the episode
+stands (round r of T) and a condensed history: the actions taken so far and the current
+observation without its action list. We condense to actions + current observation rather than the
+full transcript because the environment's observations are a deterministic function of the
+actions, and this keeps the critic prompt short on long episodes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+CRITIC_SYSTEM_PROMPT = (
+    "You judge a text-game agent mid-episode. You see the task, hidden facts the agent cannot see, "
+    "and its history. Estimate the probability that the agent eventually wins. "
+    "Answer with one line <value>p</value>, p between 0.00 and 1.00."
+)
+
+
+def _without_action_list(observation: str) -> str:
+    head, sep, _ = observation.partition(" Actions:")
+    return head if sep else observation
+
+
+def critic_messages(
+    task: str,
+    privileged_info: str,
+    actions: Sequence[str],
+    observation: str,
+    round_index: int,
+    max_rounds: int,
+) -> list[dict[str, str]]:
+    history = ", ".join(actions) if actions else "(none yet)"
+    user = (
+        f"Task: {task}\n"
+        f"Hidden: {privileged_info}\n"
+        f"Round {round_index} of {max_rounds}.\n"
+        f"Actions so far: {history}\n"
+        f"Now: {_without_action_list(observation)}\n"
+        "Probability of eventually winning?"
+    )
+    return [{"role": "system", "content": CRITIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def format_value(value: float) -> str:
+    """The answer format the critic is taught: two decimals in value tags."""
+    return f"<value>{min(1.0, max(0.0, value)):.2f}</value>"

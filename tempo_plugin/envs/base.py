@@ -1,0 +1,54 @@
+"""The environment protocol every TEMPO environment implements.
+
+An environment is a deterministic text game: the same seed and the same action sequence always
+produce the same observations. Observations are plain text and list the admissible actions.
+``privileged_info`` is for the critic only and is never shown to the actor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    won: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Env(Protocol):
+    """reset/step/admissible_actions/privileged_info, plus optional O(1) snapshot/restore.
+
+    ``supports_snapshot`` tells the state-restore code whether ``snapshot``/``restore`` exist;
+    environments without them are restored by replaying their action history.
+    """
+
+    supports_snapshot: bool
+
+    @property
+    def task(self) -> str: ...
+
+    @property
+    def observation(self) -> str: ...
+
+    def reset(self, seed: int) -> str: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def admissible_actions(self) -> list[str]: ...
+
+    def privileged_info(self) -> str: ...
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snapshot: Any) -> None: ...
+
+
+def canonical_action(text: str) -> str:
+    """Lower case with runs of white space collapsed to one space."""
+    return " ".join(text.lower().split())

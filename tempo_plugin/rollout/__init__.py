@@ -1,0 +1,1 @@
+"""Runtime-agnostic macro-step engine: the chat protocol, N branches x H rounds through a Sampler."""

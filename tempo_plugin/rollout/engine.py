@@ -1,0 +1,192 @@
+"""Macro-step rollouts: N branches x at most H rounds from each start state, through a Sampler.
+
+Stop reasons, checked after every round in this order: the environment ended (``won`` or
+``environment_done``); the absolute round reached T (``max_steps``); the segment reached H rounds
+(``macro_boundary``); the next prompt exceeds the token cap (``trajectory_too_long``, also when no
+generation budget is left). Every stop reason except ``macro_boundary`` is terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from tempo_plugin.envs.base import Env
+from tempo_plugin.rollout.protocol import INVALID_ACTION, ChatProtocol, parse_action
+from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
+from tempo_plugin.states.state import MacroState
+
+MACRO_BOUNDARY = "macro_boundary"
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    completion_text: str
+    action: str
+    observation: str
+    reward: float
+    done: bool
+    won: bool
+    parsed: bool
+    admissible: bool
+    prompt_length: int  # length of the token sequence after this round (= the next prompt)
+    logprob_sum: float
+    privileged_info: str
+    snapshot: Any
+
+
+@dataclass
+class Branch:
+    """One branch of a group: its environment, its growing token sequence and its rounds."""
+
+    start: MacroState
+    env: Env
+    group: int
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    rounds: list[RoundRecord] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    @classmethod
+    def from_state(cls, state: MacroState, env: Env, group: int) -> "Branch":
+        n = len(state.token_prefix)
+        return cls(start=state, env=env, group=group, tokens=list(state.token_prefix), loss_mask=[0] * n, logprobs=[0.0] * n)
+
+    @property
+    def terminal(self) -> bool:
+        return self.stop_reason != MACRO_BOUNDARY
+
+    @property
+    def segment_reward(self) -> float:
+        return sum(r.reward for r in self.rounds)
+
+    @property
+    def won(self) -> bool:
+        return any(r.won for r in self.rounds)
+
+    def state_after(self, k: int, macro_index: int, policy_version: int) -> MacroState:
+        """The MacroState after the first k rounds of this segment (1 <= k <= len(rounds))."""
+        if not 1 <= k <= len(self.rounds):
+            raise ValueError(f"branch has {len(self.rounds)} rounds, cannot cut after {k}")
+        done = self.rounds[:k]
+        last = done[-1]
+        messages = list(self.start.messages)
+        for record in done:
+            messages += [("assistant", record.completion_text), ("user", record.observation)]
+        return MacroState(
+            env_seed=self.start.env_seed,
+            task=self.start.task,
+            action_history=self.start.action_history + tuple(r.action for r in done),
+            observation=last.observation,
+            privileged_info=last.privileged_info,
+            token_prefix=tuple(self.tokens[: last.prompt_length]),
+            messages=tuple(messages),
+            round_index=self.start.round_index + k,
+            macro_index=macro_index,
+            snapshot=last.snapshot,
+            prefix_logprob_sum=self.start.prefix_logprob_sum + sum(r.logprob_sum for r in done),
+            policy_version=policy_version,
+        )
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    horizon: int  # H (T for complete episodes)
+    max_episode_steps: int  # T
+    max_trajectory_tokens: int
+    max_assistant_tokens: int
+
+
+def fresh_state(env: Env, seed: int, protocol: ChatProtocol) -> MacroState:
+    """A new game at round 0: the first actor prompt rendered from the system and task messages."""
+    observation = env.reset(seed)
+    messages = protocol.initial_messages(env.task, observation)
+    return MacroState(
+        env_seed=seed,
+        task=env.task,
+        action_history=(),
+        observation=observation,
+        privileged_info=env.privileged_info(),
+        token_prefix=tuple(protocol.render_prompt(messages)),
+        messages=tuple((m["role"], m["content"]) for m in messages),
+        round_index=0,
+        macro_index=0,
+        snapshot=env.snapshot() if env.supports_snapshot else None,
+    )
+
+
+def _stop_reason(branch: Branch, record: RoundRecord, limits: RolloutLimits) -> str | None:
+    if record.done:
+        return "won" if record.won else "environment_done"
+    if branch.start.round_index + len(branch.rounds) >= limits.max_episode_steps:
+        return "max_steps"
+    if len(branch.rounds) >= limits.horizon:
+        return MACRO_BOUNDARY
+    if len(branch.tokens) > limits.max_trajectory_tokens:
+        return "trajectory_too_long"
+    return None
+
+
+def run_branches(
+    branches: Sequence[Branch],
+    sampler: Sampler,
+    protocol: ChatProtocol,
+    params: SamplingParams,
+    limits: RolloutLimits,
+    seed: int,
+    on_round: Callable[[int], None] | None = None,
+) -> float:
+    """Advance every branch in lockstep until each has a stop reason. Mutates the branches.
+
+    Returns the seconds spent inside environment steps.
+    """
+    env_seconds = 0.0
+    for round_no in range(limits.horizon):
+        live: list[Branch] = []
+        requests: list[Request] = []
+        for branch in branches:
+            if branch.stop_reason is not None:
+                continue
+            budget = min(limits.max_assistant_tokens, limits.max_trajectory_tokens - len(branch.tokens))
+            if budget < 1:
+                branch.stop_reason = "trajectory_too_long"
+                continue
+            live.append(branch)
+            requests.append(Request(prompt_ids=branch.tokens, max_new_tokens=budget))
+        if not live:
+            return env_seconds
+        completions = sampler.generate(requests, params, seed=seed * 1_000_003 + round_no)
+        for branch, completion in zip(live, completions):
+            action = parse_action(completion.text)
+            tic = time.perf_counter()
+            result = branch.env.step(action)
+            env_seconds += time.perf_counter() - tic
+            next_tokens, completion_end = protocol.extend(branch.tokens, completion.token_ids, result.observation)
+            context = len(next_tokens) - completion_end
+            branch.loss_mask += [1] * len(completion.token_ids) + [0] * context
+            branch.logprobs += list(completion.logprobs) + [0.0] * context
+            branch.tokens = next_tokens
+            record = RoundRecord(
+                completion_text=completion.text,
+                action=action,
+                observation=result.observation,
+                reward=float(result.reward),
+                done=result.done,
+                won=result.won,
+                parsed=action != INVALID_ACTION,
+                admissible=bool(result.info.get("admissible", action != INVALID_ACTION)),
+                prompt_length=len(next_tokens),
+                logprob_sum=float(sum(completion.logprobs)),
+                privileged_info=branch.env.privileged_info(),
+                snapshot=branch.env.snapshot() if branch.env.supports_snapshot else None,
+            )
+            branch.rounds.append(record)
+            branch.stop_reason = _stop_reason(branch, record, limits)
+        if on_round is not None:
+            on_round(round_no)
+    for branch in branches:
+        if branch.stop_reason is None:
+            branch.stop_reason = "max_steps"
+    return env_seconds

@@ -1,0 +1,58 @@
+"""Training samples: what either runtime needs to apply one update."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+ACTOR = "actor"
+CRITIC = "critic"
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """Per-token arrays aligned with ``tokens``: entry i belongs to token i (predicted from tokens[:i]).
+
+    Context tokens (saved prefix, observations, assistant-closing tokens, critic prompt) carry
+    mask 0, old log-prob 0 and advantage 0; trained tokens carry the sampler log-prob and the
+    sample's advantage.
+    """
+
+    tokens: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    advantages: list[float]
+    role: str
+    group: int
+    reward: float  # raw return (actor) or raw critic reward, for logging
+
+    @property
+    def prompt_length(self) -> int:
+        return self.loss_mask.index(1) if 1 in self.loss_mask else len(self.tokens)
+
+
+def make_sample(
+    tokens: Sequence[int],
+    loss_mask: Sequence[int],
+    logprobs: Sequence[float],
+    advantage: float,
+    role: str,
+    group: int,
+    reward: float,
+) -> TrainSample:
+    """Trim trailing context (it carries no loss) and broadcast the advantage to the trained tokens."""
+    if not (len(tokens) == len(loss_mask) == len(logprobs)):
+        raise ValueError("tokens, loss_mask and logprobs must have equal lengths")
+    end = max((i + 1 for i, m in enumerate(loss_mask) if m), default=0)
+    if end == 0:
+        raise ValueError(f"{role} sample of group {group} has no trained tokens")
+    mask = [int(m) for m in loss_mask[:end]]
+    return TrainSample(
+        tokens=list(tokens[:end]),
+        loss_mask=mask,
+        old_logprobs=[float(lp) if m else 0.0 for lp, m in zip(logprobs[:end], mask)],
+        advantages=[advantage if m else 0.0 for m in mask],
+        role=role,
+        group=group,
+        reward=reward,
+    )

@@ -1,0 +1,289 @@
+"""One TEMPO update as data, shared by both runtimes.
+
+Warm-up update (critic only): complete episodes (H := T) from fresh games; boundary states at
+rounds H, 2H, ... get K critic samples each, trained towards the Monte-Carlo outcome G = 1[won].
+
+TD update (actor + critic): start states from the store topped up with fresh games; each restored
+(a mismatch drops the state, counts it and takes a fresh game instead); N branches x <= H rounds;
+K critic samples at every start state and ``endpoint_samples`` at every non-terminal endpoint;
+signals from ``algorithms.tempo``; non-terminal endpoints become new store states.
+
+A runtime supplies the Sampler and applies the returned training samples.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from tempo_plugin.algorithms.stats import mean, pearson
+from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
+from tempo_plugin.config import TempoConfig
+from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
+from tempo_plugin.envs.base import Env
+from tempo_plugin.rollout.engine import MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
+from tempo_plugin.rollout.protocol import ChatProtocol
+from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingParams
+from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
+from tempo_plugin.states.restore import RestoreError, restore_env
+from tempo_plugin.states.state import MacroState
+
+
+@dataclass
+class UpdateBatch:
+    samples: list[TrainSample]
+    metrics: dict[str, float]
+    new_states: list[MacroState] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CriticCall:
+    """K critic samples at one state; ``completions`` is empty when the prompt was too long."""
+
+    prompt_ids: list[int]
+    completions: list[Completion]
+
+    @property
+    def values(self) -> list[float | None]:
+        return [parse_value(c.text) for c in self.completions]
+
+
+@dataclass
+class TempoRollout:
+    cfg: TempoConfig
+    sampler: Sampler
+    protocol: ChatProtocol
+    make_env: Callable[[], Env]
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.cfg.temperature, self.cfg.top_p, self.protocol.stop_token_ids)
+
+    def _limits(self, horizon: int) -> RolloutLimits:
+        return RolloutLimits(
+            horizon=horizon,
+            max_episode_steps=self.cfg.max_episode_steps,
+            max_trajectory_tokens=self.cfg.max_trajectory_tokens,
+            max_assistant_tokens=self.cfg.max_assistant_tokens,
+        )
+
+    # -- critic -----------------------------------------------------------------------------------
+
+    def critic_prompt(self, state: MacroState) -> list[int]:
+        messages = critic_messages(
+            task=state.task,
+            privileged_info=state.privileged_info,
+            actions=state.action_history,
+            observation=state.observation,
+            round_index=state.round_index,
+            max_rounds=self.cfg.max_episode_steps,
+        )
+        return self.protocol.render_prompt(messages)
+
+    def call_critic(self, states: Sequence[MacroState], samples: int, seed: int) -> list[CriticCall]:
+        """``samples`` critic completions per state, all in one sampler call."""
+        prompts = [self.critic_prompt(s) for s in states]
+        budget = self.cfg.max_trajectory_tokens - self.cfg.critic_max_tokens
+        requests = [
+            Request(p, self.cfg.critic_max_tokens) for p in prompts if len(p) <= budget for _ in range(samples)
+        ]
+        completions = iter(self.sampler.generate(requests, self.params, seed=seed) if requests else [])
+        return [
+            CriticCall(p, [next(completions) for _ in range(samples)] if len(p) <= budget else [])
+            for p in prompts
+        ]
+
+    def critic_samples(self, call: CriticCall, target: float, group: int) -> tuple[list[TrainSample], list[float]]:
+        """Critic training samples for one state (none if degenerate) and the K errors."""
+        signals = critic_signals(call.values, target, self.cfg.r_max)
+        samples = []
+        if not signals.degenerate:
+            for completion, advantage, reward in zip(call.completions, signals.advantages, signals.rewards):
+                if abs(advantage) <= ADVANTAGE_EPSILON:
+                    continue
+                tokens = call.prompt_ids + completion.token_ids
+                mask = [0] * len(call.prompt_ids) + [1] * len(completion.token_ids)
+                logprobs = [0.0] * len(call.prompt_ids) + list(completion.logprobs)
+                samples.append(make_sample(tokens, mask, logprobs, advantage, CRITIC, group, reward))
+        return samples, signals.errors
+
+    def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float]) -> dict[str, float]:
+        values = [v for c in calls for v in c.values]
+        answered = [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets)
+                    if any(v is not None for v in c.values)]
+        metrics = {
+            "critic/parse_failure_rate": mean([float(v is None) for v in values]),
+            "critic/prompt_too_long_rate": mean([float(not c.completions) for c in calls]),
+            "critic/mean_estimate_mean": mean([a for a, _ in answered]),
+            "critic/value_target_mean": mean(list(targets)),
+        }
+        corr = pearson([a for a, _ in answered], [t for _, t in answered])
+        if corr is not None:
+            metrics["critic/value_corr"] = corr
+        return metrics
+
+    # -- warm-up ----------------------------------------------------------------------------------
+
+    def warmup_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
+        cfg = self.cfg
+        tic = time.perf_counter()
+        branches = []
+        for group, game in enumerate(games):
+            state = fresh_state(self.make_env(), game, self.protocol)
+            for _ in range(cfg.branches):
+                env = self.make_env()
+                restore_env(env, state, cfg.restore)
+                branches.append(Branch.from_state(state, env, group))
+        env_seconds = run_branches(
+            branches, self.sampler, self.protocol, self.params, self._limits(cfg.max_episode_steps), seed=update
+        )
+        rollout_seconds = time.perf_counter() - tic
+
+        boundaries: list[MacroState] = []
+        targets: list[float] = []
+        for branch in branches:
+            for k in range(cfg.macro_rounds, len(branch.rounds), cfg.macro_rounds):
+                boundaries.append(branch.state_after(k, k // cfg.macro_rounds, update))
+                targets.append(1.0 if branch.won else 0.0)
+        tic = time.perf_counter()
+        calls = self.call_critic(boundaries, cfg.critic_samples, seed=update * 31 + 7)
+        critic_seconds = time.perf_counter() - tic
+
+        samples: list[TrainSample] = []
+        errors: list[float] = []
+        for group, (call, target) in enumerate(zip(calls, targets)):
+            if not call.completions:
+                continue
+            group_samples, group_errors = self.critic_samples(call, target, group)
+            samples += group_samples
+            errors += group_errors
+        rounds = [r for b in branches for r in b.rounds]
+        metrics = {
+            "warmup/success_rate": mean([float(b.won) for b in branches]),
+            "warmup/steps_mean": mean([float(len(b.rounds)) for b in branches]),
+            "warmup/boundary_states": float(len(boundaries)),
+            "target/mc_return_mean": mean(targets),
+            "critic/abs_error_mean": mean(errors),
+            **self._critic_metrics(calls, targets),
+            **_rollout_metrics(rounds),
+            "train/critic_samples": float(len(samples)),
+            "train/actor_samples": 0.0,
+            "time/rollout": rollout_seconds,
+            "time/critic": critic_seconds,
+            "time/env": env_seconds,
+        }
+        return UpdateBatch(samples=samples, metrics=metrics)
+
+    # -- TD -----------------------------------------------------------------------------------------
+
+    def _restore_group(self, state: MacroState, group: int) -> list[Branch]:
+        branches = []
+        for _ in range(self.cfg.branches):
+            env = self.make_env()
+            restore_env(env, state, self.cfg.restore)
+            branches.append(Branch.from_state(state, env, group))
+        return branches
+
+    def td_update(self, update: int, starts: Sequence[MacroState], next_game: Callable[[], int]) -> UpdateBatch:
+        """``starts`` come from the store; the batch is topped up to states_per_batch with fresh games."""
+        cfg = self.cfg
+        tic = time.perf_counter()
+        groups: list[list[Branch]] = []
+        restore_failures = 0
+        fresh = 0
+        pending = list(starts)
+        while len(groups) < cfg.states_per_batch:
+            if pending:
+                state = pending.pop(0)
+            else:
+                state = fresh_state(self.make_env(), next_game(), self.protocol)
+                fresh += 1
+            try:
+                groups.append(self._restore_group(state, len(groups)))
+            except RestoreError:
+                restore_failures += 1
+        branches = [b for g in groups for b in g]
+        env_seconds = run_branches(
+            branches, self.sampler, self.protocol, self.params, self._limits(cfg.macro_rounds), seed=update
+        )
+        rollout_seconds = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        endpoints = [b for b in branches if b.stop_reason == MACRO_BOUNDARY]
+        endpoint_states = [b.state_after(len(b.rounds), b.start.macro_index + 1, update) for b in endpoints]
+        start_states = [g[0].start for g in groups]
+        endpoint_calls = self.call_critic(endpoint_states, cfg.endpoint_samples, seed=update * 31 + 11)
+        start_calls = self.call_critic(start_states, cfg.critic_samples, seed=update * 31 + 13)
+        critic_seconds = time.perf_counter() - tic
+        endpoint_value = {id(b): aggregate_values(c.values) for b, c in zip(endpoints, endpoint_calls)}
+
+        samples: list[TrainSample] = []
+        errors: list[float] = []
+        targets: list[float] = []
+        degenerate = []
+        value_gaps = []
+        for group, (branch_group, start_call) in enumerate(zip(groups, start_calls)):
+            signals = actor_signals(
+                [b.segment_reward for b in branch_group],
+                [endpoint_value.get(id(b), 0.0) for b in branch_group],
+                [b.terminal for b in branch_group],
+            )
+            targets.append(signals.value_target)
+            degenerate.append(float(signals.degenerate))
+            value_gaps.append(signals.zero_reward_value_std)
+            for branch, advantage, ret in zip(branch_group, signals.advantages, signals.returns):
+                if abs(advantage) > ADVANTAGE_EPSILON:
+                    samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, advantage, ACTOR, group, ret))
+            if start_call.completions:
+                critic_group, group_errors = self.critic_samples(start_call, signals.value_target, group)
+                samples += critic_group
+                errors += group_errors
+
+        new_states = [
+            s for s in endpoint_states
+            if s.round_index < cfg.max_episode_steps and len(s.token_prefix) < cfg.max_trajectory_tokens
+        ]
+        endpoint_values = [v for c in endpoint_calls for v in c.values]
+        rounds = [r for b in branches for r in b.rounds]
+        metrics = {
+            "td/fresh_states": float(fresh),
+            "td/restore_failures": float(restore_failures),
+            "td/new_endpoints": float(len(new_states)),
+            "td/macro_index_mean": mean([float(s.macro_index) for s in start_states]),
+            "actor/segment_reward_mean": mean([b.segment_reward for b in branches]),
+            "actor/macro_boundary_rate": mean([float(not b.terminal) for b in branches]),
+            "actor/degenerate_group_rate": mean(degenerate),
+            "actor/value_target_mean": mean(targets),
+            "actor/value_gap_zero_reward": mean(value_gaps),
+            "critic/abs_error_mean": mean(errors),
+            **self._critic_metrics(start_calls, targets),
+            "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
+            "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
+            **_rollout_metrics(rounds),
+            "train/actor_samples": float(sum(s.role == ACTOR for s in samples)),
+            "train/critic_samples": float(sum(s.role == CRITIC for s in samples)),
+            "time/rollout": rollout_seconds,
+            "time/critic": critic_seconds,
+            "time/env": env_seconds,
+        }
+        return UpdateBatch(samples=samples, metrics=metrics, new_states=new_states)
+
+    # -- evaluation -----------------------------------------------------------------------------------
+
+    def success_rate(self, games: Sequence[int], seed: int) -> float:
+        """Fraction of complete episodes won, one episode per game."""
+        branches = []
+        for group, game in enumerate(games):
+            env = self.make_env()
+            branches.append(Branch.from_state(fresh_state(env, game, self.protocol), env, group))
+        run_branches(branches, self.sampler, self.protocol, self.params, self._limits(self.cfg.max_episode_steps), seed)
+        return mean([float(b.won) for b in branches])
+
+
+def _rollout_metrics(rounds: Sequence) -> dict[str, float]:
+    return {
+        "rollout/valid_action_rate": mean([float(r.parsed) for r in rounds]),
+        "rollout/admissible_action_rate": mean([float(r.admissible) for r in rounds]),
+        "rollout/rounds": float(len(rounds)),
+    }
