@@ -26,7 +26,7 @@ class TempoConfig:
     states_per_batch: int = field(default=4, metadata={"help": "start states per TD update"})
     warmup_updates: int = field(default=10, metadata={"help": "critic-only updates with Monte-Carlo targets"})
     warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
-    td_updates: int = field(default=10, metadata={"help": "joint actor+critic TD updates"})
+    td_updates: int = field(default=8, metadata={"help": "joint actor+critic TD updates"})
     state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
     max_episode_steps: int = field(default=40, metadata={"help": "T: rounds per episode (a multiple of H)"})
     r_max: float = field(default=1.0, metadata={"help": "range of the remaining return (critic error scale)"})
@@ -48,7 +48,7 @@ class TempoConfig:
     train_tokens_per_micro_batch: int = field(default=16384, metadata={"help": "padded tokens per forward/backward chunk"})
     # model
     model: str = field(default="", metadata={"help": "local Hugging Face model directory (empty: built-in tiny model)"})
-    bootstrap_steps: int = field(default=300, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
+    bootstrap_steps: int = field(default=150, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
     cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     # run
@@ -111,7 +111,7 @@ class TempoConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown TEMPO setting(s): {', '.join(unknown)}")
-        return cls(**values)
+        return cls(**values).validate()
 
 
 def flag(name: str) -> str:

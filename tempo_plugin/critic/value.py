@@ -7,7 +7,7 @@ import re
 from typing import Sequence
 
 # An unsigned decimal between the tags: no sign, no exponent, optional white space.
-_VALUE_RE = re.compile(r"<value>\s*(\d+(?:\.\d+)?)\s*</value>", re.IGNORECASE)
+_VALUE_RE = re.compile(r"<value>\s*(\d+(?:\.\d+)?)\s*</value>", re.IGNORECASE | re.ASCII)
 
 
 def parse_value(text: str) -> float | None:

@@ -17,7 +17,10 @@ def restore_env(env: Env, state: MacroState, method: str = "auto") -> None:
     replays ``action_history`` from ``reset(env_seed)``; "replay" always replays.
     """
     if method == "auto" and env.supports_snapshot and state.snapshot is not None:
-        env.restore(state.snapshot)
+        try:
+            env.restore(state.snapshot)
+        except (TypeError, ValueError) as error:
+            raise RestoreError(f"snapshot of game {state.env_seed} does not fit this environment: {error}") from error
     else:
         env.reset(state.env_seed)
         for i, action in enumerate(state.action_history):

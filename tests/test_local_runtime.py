@@ -1,0 +1,70 @@
+"""The embedded runtime: sampler log-probs agree with the trainer's, the trainer step moves them."""
+
+import math
+
+import pytest
+import torch
+
+from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.backends.local.trainer import PolicyTrainer, collate, token_logprobs
+from tempo_plugin.rollout.sampler import Request, SamplingParams
+from tempo_plugin.rollout.samples import ACTOR, make_sample
+
+
+def _requests(tokenizer):
+    texts = ["Hall 3 of 17. You hold the red key.", "Key room.", "Actions: north, south, wait and more text here"]
+    return [Request(tokenizer.encode(t), max_new_tokens=n) for t, n in zip(texts, (6, 9, 4))]
+
+
+def test_sampler_logprobs_match_trainer_logprobs_under_left_padding(tiny_model, tiny_tokenizer):
+    sampler = LocalSampler(tiny_model, tiny_tokenizer)
+    requests = _requests(tiny_tokenizer)
+    completions = sampler.generate(requests, SamplingParams(stop_token_ids=()), seed=3)
+    for request, completion in zip(requests, completions):
+        assert len(completion.token_ids) == request.max_new_tokens  # no stop tokens: runs to the budget
+        assert completion.finish_reason == "length"
+        full = torch.tensor([list(request.prompt_ids) + completion.token_ids])
+        with torch.no_grad():
+            reference = token_logprobs(tiny_model, full, torch.ones_like(full), 1.0)[0, len(request.prompt_ids):]
+        assert torch.allclose(reference, torch.tensor(completion.logprobs), atol=1e-4)
+
+
+def test_sampler_is_deterministic_per_seed_and_stops_on_stop_tokens(tiny_model, tiny_tokenizer):
+    sampler = LocalSampler(tiny_model, tiny_tokenizer)
+    requests = _requests(tiny_tokenizer)
+    first = sampler.generate(requests, SamplingParams(), seed=11)
+    again = sampler.generate(requests, SamplingParams(), seed=11)
+    assert [c.token_ids for c in first] == [c.token_ids for c in again]
+    # make the first sampled token of request 0 a stop token: that completion ends right there
+    stop = first[0].token_ids[0]
+    stopped = sampler.generate(requests, SamplingParams(stop_token_ids=(stop,)), seed=11)
+    assert stopped[0].token_ids == [stop] and stopped[0].finish_reason == "stop"
+
+
+def test_trainer_step_raises_logprob_of_positive_advantage_tokens(tiny_model, tiny_tokenizer):
+    prompt = tiny_tokenizer.encode("Hall 1 of 14. You hold the blue key. Actions: north, wait")
+    target = tiny_tokenizer.encode("<action>north</action>")
+    tokens = prompt + target
+    mask = [0] * len(prompt) + [1] * len(target)
+    batch = collate([make_sample(tokens, mask, [0.0] * len(tokens), 1.0, ACTOR, 0, 1.0)], 0, torch.device("cpu"))
+    with torch.no_grad():
+        before = token_logprobs(tiny_model, batch["input_ids"], batch["attention"], 1.0)[0, len(prompt):]
+    sample = make_sample(tokens, mask, [0.0] * len(prompt) + before.tolist(), 1.0, ACTOR, 0, 1.0)
+    optimizer = torch.optim.AdamW(tiny_model.parameters(), lr=1e-3)
+    trainer = PolicyTrainer(tiny_model, optimizer, pad_id=0)
+    metrics = trainer.step([sample])
+    # ratio is exactly 1 at the first step, so the loss is -mean(A) = -1
+    assert metrics["train/loss"] == pytest.approx(-1.0, abs=1e-4)
+    assert metrics["train/sampler_logprob_abs_diff"] < 1e-4
+    with torch.no_grad():
+        after = token_logprobs(tiny_model, batch["input_ids"], batch["attention"], 1.0)[0, len(prompt):]
+    assert after.sum() > before.sum()
+    assert math.isfinite(metrics["train/grad_norm"])
+
+
+def test_trainer_with_no_samples_skips_the_step(tiny_model):
+    optimizer = torch.optim.AdamW(tiny_model.parameters(), lr=1e-3)
+    before = [p.clone() for p in tiny_model.parameters()]
+    metrics = PolicyTrainer(tiny_model, optimizer, pad_id=0).step([])
+    assert metrics["train/skipped"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))

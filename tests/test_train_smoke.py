@@ -1,0 +1,55 @@
+"""A short end-to-end run of the trainer CLI, then a resume from its checkpoint."""
+
+import json
+
+from tempo_plugin.metrics import read_metrics
+from tempo_plugin.train import main
+
+SMALL = [
+    "--bootstrap-steps", "3", "--warmup-updates", "1", "--warmup-games-per-batch", "1",
+    "--branches", "2", "--critic-samples", "2", "--endpoint-samples", "1", "--states-per-batch", "1",
+    "--eval-games", "2", "--max-assistant-tokens", "8", "--critic-max-tokens", "8", "--save-every", "1",
+]
+
+
+def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    common = SMALL + ["--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    assert main(common + ["--td-updates", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "critic/abs_error_mean" in printed and "eval/success_rate" in printed
+    for name in ("config.yaml", "metrics.jsonl", "curves.png", "summary.json"):
+        assert (out / name).is_file(), name
+    checkpoint = out / "checkpoints" / "latest"
+    for name in ("model.safetensors", "optimizer.pt", "store.pkl", "rng.pt", "progress.json", "tokenizer.json"):
+        assert (checkpoint / name).is_file(), name
+    records = read_metrics(out / "metrics.jsonl")
+    assert [(r["phase"], r["update"]) for r in records] == [("eval", -1), ("warmup", 0), ("td", 1), ("eval", 2)]
+    td = records[2]
+    # the first TD update starts from fresh games only; an untrained policy never ends the game,
+    # so both branches stop at the macro boundary and become store states
+    assert td["td/fresh_states"] == 1.0
+    assert td["actor/macro_boundary_rate"] == 1.0
+    assert td["store/size"] == 2.0
+    assert json.loads((checkpoint / "progress.json").read_text())["next_update"] == 2
+
+    # an existing run is never overwritten silently
+    assert main(common + ["--td-updates", "1"]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+    assert main(common + ["--td-updates", "2", "--resume"]) == 0
+    records = read_metrics(out / "metrics.jsonl")
+    updates = [r["update"] for r in records if r["phase"] in ("warmup", "td")]
+    assert updates == [0, 1, 2]
+    resumed = [r for r in records if r["update"] == 2 and r["phase"] == "td"][0]
+    # the store came back from the checkpoint, so no fresh game was needed
+    assert resumed["td/fresh_states"] == 0.0
+    assert resumed["td/macro_index_mean"] == 1.0
+
+
+def test_bad_flag_is_one_line_error_naming_the_flag(tmp_path, capsys):
+    assert main(["--macro-rounds", "0", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--macro-rounds" in err
+    assert main(["--resume", "--out", str(tmp_path / "missing")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
