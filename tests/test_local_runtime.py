@@ -68,3 +68,26 @@ def test_trainer_with_no_samples_skips_the_step(tiny_model):
     metrics = PolicyTrainer(tiny_model, optimizer, pad_id=0).step([])
     assert metrics["train/skipped"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
+
+
+def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_model, tiny_tokenizer):
+    sampler = LocalSampler(tiny_model, tiny_tokenizer)
+    params = SamplingParams(stop_token_ids=(tiny_tokenizer.eos_token_id,))
+    requests = _requests(tiny_tokenizer)
+    sequences = [list(r.prompt_ids) for r in requests]
+    for round_no in range(3):
+        # branches in a different order each round; each prompt extends its previous sequence
+        order = [2, 0, 1] if round_no % 2 else [0, 1, 2]
+        batch = [Request(sequences[i], max_new_tokens=5) for i in order]
+        completions = sampler.generate(batch, params, seed=round_no)
+        for i, completion in zip(order, completions):
+            prompt = sequences[i]
+            full = torch.tensor([prompt + completion.token_ids])
+            with torch.no_grad():
+                reference = token_logprobs(tiny_model, full, torch.ones_like(full), 1.0)[0, len(prompt):]
+            assert torch.allclose(reference, torch.tensor(completion.logprobs), atol=1e-4)
+            sequences[i] = prompt + completion.token_ids + tiny_tokenizer.encode(f" observation {round_no} {i}")
+    assert sampler.reused_calls == 2
+    # a request that extends no kept row falls back to a fresh prefill
+    sampler.generate([Request(tiny_tokenizer.encode("unrelated"), 3)], params, seed=9)
+    assert sampler.reused_calls == 2

@@ -1,15 +1,21 @@
 """Batched sampling with a KV cache on a local HF causal LM, returning per-token log-probs.
 
-Requests are sorted by prompt length and processed in chunks; prompts are left-padded so every
-row's next token sits in the last column. The recorded log-prob of a token is its log-probability
-under the temperature-scaled distribution (what the trainer recomputes as the new log-prob), before
-any top-p truncation.
+Prompts are left-padded so every row's next token sits in the last column. The recorded log-prob
+of a token is its log-probability under the temperature-scaled distribution (what the trainer
+recomputes), before any top-p truncation.
+
+Multi-round rollouts extend each branch's prompt by a few tokens per round, so the sampler keeps
+the KV cache of its last call: when every request of the next call extends a distinct row of that
+call (the tokens the cache holds are a prefix of its prompt), only the new tokens are prefilled.
+The new tokens of all rows are left-padded into one block; the padding stays masked out of
+attention and positions count real tokens only, so the result equals a fresh prefill. Any other
+call (a critic call, a new batch) prefills from scratch and replaces the kept cache.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -21,10 +27,16 @@ def _sample_top_p(probs: torch.Tensor, top_p: float, generator: torch.Generator)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
-        sorted_probs = sorted_probs * keep
-        choice = torch.multinomial(sorted_probs, 1, generator=generator)
+        choice = torch.multinomial(sorted_probs * keep, 1, generator=generator)
         return order.gather(-1, choice).squeeze(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@dataclass
+class _KeptCache:
+    cache: Any
+    attention: torch.Tensor  # [B, W] 1 where the cached position holds a visible token
+    visible: list[list[int]]  # per row, the tokens whose keys/values the cache holds (unmasked)
 
 
 @dataclass
@@ -33,6 +45,13 @@ class LocalSampler:
     tokenizer: Any
     max_batch_size: int = 64
     max_batch_tokens: int = 65536
+    reuse_cache: bool = True
+    reused_calls: int = 0
+    _kept: _KeptCache | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     @property
     def device(self) -> torch.device:
@@ -41,8 +60,13 @@ class LocalSampler:
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(seed % (2**63))
+        rows = self._match_kept(requests) if self.reuse_cache else None
+        if rows is not None:
+            self.reused_calls += 1
+            return self._generate_chunk(requests, params, generator, rows)
+        self._kept = None
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
-        results: list[Completion | None] = [None] * len(requests)
+        chunks = []
         start = 0
         while start < len(order):
             end = start + 1
@@ -53,67 +77,132 @@ class LocalSampler:
                 <= self.max_batch_tokens
             ):
                 end += 1
-            chunk = order[start:end]
-            for index, completion in zip(chunk, self._generate_chunk([requests[i] for i in chunk], params, generator)):
-                results[index] = completion
+            chunks.append(order[start:end])
             start = end
+        if len(chunks) == 1:
+            chunks = [list(range(len(requests)))]  # keep request order so the kept cache rows match
+        results: list[Completion | None] = [None] * len(requests)
+        for chunk in chunks:
+            completions = self._generate_chunk([requests[i] for i in chunk], params, generator, None)
+            for index, completion in zip(chunk, completions):
+                results[index] = completion
+        if len(chunks) > 1:
+            self._kept = None
         return [r for r in results if r is not None]
 
-    @torch.no_grad()
-    def _generate_chunk(
-        self, requests: Sequence[Request], params: SamplingParams, generator: torch.Generator
-    ) -> list[Completion]:
+    def _match_kept(self, requests: Sequence[Request]) -> list[int] | None:
+        """Rows of the kept cache that the requests extend (one distinct row each), else None."""
+        kept = self._kept
+        if kept is None or not requests or len(requests) > self.max_batch_size:
+            return None
+        longest = max(len(r.prompt_ids) for r in requests)
+        if kept.attention.shape[1] > 2 * longest + 512:
+            return None  # too many masked holes: a fresh prefill is cheaper
+        by_length: dict[int, dict[tuple[int, ...], list[int]]] = {}
+        for row, tokens in enumerate(kept.visible):
+            by_length.setdefault(len(tokens), {}).setdefault(tuple(tokens), []).append(row)
+        rows: list[int] = []
+        used: set[int] = set()
+        for request in requests:
+            prompt = request.prompt_ids
+            found = None
+            for length, table in by_length.items():
+                if length < len(prompt):
+                    for row in table.get(tuple(prompt[:length]), ()):
+                        if row not in used:
+                            found = row
+                            break
+                if found is not None:
+                    break
+            if found is None:
+                return None
+            rows.append(found)
+            used.add(found)
+        return rows
+
+    def _prefill_fresh(self, requests: Sequence[Request]):
         device = self.device
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         lengths = [len(r.prompt_ids) for r in requests]
         width = max(lengths)
-        batch = len(requests)
-        input_ids = torch.full((batch, width), pad_id, dtype=torch.long, device=device)
-        attention = torch.zeros((batch, width), dtype=torch.long, device=device)
+        input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long, device=device)
+        attention = torch.zeros((len(requests), width), dtype=torch.long, device=device)
         for row, request in enumerate(requests):
             input_ids[row, width - lengths[row]:] = torch.tensor(list(request.prompt_ids), dtype=torch.long)
             attention[row, width - lengths[row]:] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        output = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
-        cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        cache = getattr(output, cache_arg)
+        output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                            use_cache=True, logits_to_keep=1)
+        return output, attention
+
+    def _prefill_extension(self, requests: Sequence[Request], rows: list[int]):
+        kept = self._kept
+        assert kept is not None
+        device = self.device
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        index = torch.tensor(rows, dtype=torch.long, device=device)
+        kept.cache.batch_select_indices(index)
+        new_tokens = [list(r.prompt_ids[len(kept.visible[row]):]) for r, row in zip(requests, rows)]
+        width = max(len(t) for t in new_tokens)
+        block = torch.full((len(requests), width), pad_id, dtype=torch.long, device=device)
+        block_mask = torch.zeros((len(requests), width), dtype=torch.long, device=device)
+        positions = torch.zeros((len(requests), width), dtype=torch.long, device=device)
+        for i, (tokens, row) in enumerate(zip(new_tokens, rows)):
+            start = len(kept.visible[row])
+            block[i, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+            block_mask[i, width - len(tokens):] = 1
+            positions[i, :] = start
+            positions[i, width - len(tokens):] = torch.arange(start, start + len(tokens))
+        attention = torch.cat([kept.attention.index_select(0, index), block_mask], dim=1)
+        output = self.model(input_ids=block, attention_mask=attention, position_ids=positions,
+                            use_cache=True, logits_to_keep=1, **{self._cache_arg: kept.cache})
+        return output, attention
+
+    @torch.no_grad()
+    def _generate_chunk(
+        self, requests: Sequence[Request], params: SamplingParams, generator: torch.Generator, rows: list[int] | None
+    ) -> list[Completion]:
+        device = self.device
+        if rows is None:
+            output, attention = self._prefill_fresh(requests)
+        else:
+            output, attention = self._prefill_extension(requests, rows)
+        cache = getattr(output, self._cache_arg)
         logits = output.logits[:, -1, :].float()
+        batch = len(requests)
+        next_position = torch.tensor([len(r.prompt_ids) for r in requests], device=device)
         budgets = torch.tensor([r.max_new_tokens for r in requests], device=device)
         stop_ids = torch.tensor(list(params.stop_token_ids) or [-1], device=device)
         tokens: list[list[int]] = [[] for _ in requests]
         logprobs: list[list[float]] = [[] for _ in requests]
         finish = ["length"] * batch
         active = torch.ones(batch, dtype=torch.bool, device=device)
-        next_position = positions[:, -1] + 1
         for step in range(int(budgets.max().item())):
             log_dist = torch.log_softmax(logits / params.temperature, dim=-1)
             chosen = _sample_top_p(log_dist.exp(), params.top_p, generator)
             chosen_logprob = log_dist.gather(-1, chosen[:, None]).squeeze(-1)
-            chosen_list = chosen.tolist()
-            logprob_list = chosen_logprob.tolist()
-            for row in range(batch):
-                if active[row]:
-                    tokens[row].append(chosen_list[row])
-                    logprobs[row].append(logprob_list[row])
+            for row, (token, logprob, live) in enumerate(zip(chosen.tolist(), chosen_logprob.tolist(), active.tolist())):
+                if live:
+                    tokens[row].append(token)
+                    logprobs[row].append(logprob)
             is_stop = torch.isin(chosen, stop_ids)
             for row in torch.nonzero(active & is_stop).flatten().tolist():
                 finish[row] = "stop"
             active = active & ~is_stop & (budgets > step + 1)
             if not bool(active.any()):
                 break
-            attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=device)], dim=1)
-            output = self.model(
-                input_ids=chosen[:, None],
-                attention_mask=attention,
-                position_ids=next_position[:, None],
-                use_cache=True,
-                **{cache_arg: cache},
-            )
-            cache = getattr(output, cache_arg)
+            # finished rows keep a column, masked out, so the batch stays rectangular
+            attention = torch.cat([attention, active[:, None].long()], dim=1)
+            output = self.model(input_ids=chosen[:, None], attention_mask=attention, position_ids=next_position[:, None],
+                                use_cache=True, **{self._cache_arg: cache})
+            cache = getattr(output, self._cache_arg)
             logits = output.logits[:, -1, :].float()
             next_position = next_position + 1
+        # the cache holds each prompt and every generated token but the last (never fed, or masked)
+        self._kept = _KeptCache(
+            cache=cache, attention=attention,
+            visible=[list(r.prompt_ids) + t[:-1] for r, t in zip(requests, tokens)],
+        )
         return [
             Completion(token_ids=t, logprobs=lp, text=self.tokenizer.decode(t, skip_special_tokens=True), finish_reason=f)
             for t, lp, f in zip(tokens, logprobs, finish)
