@@ -42,13 +42,14 @@ class TempoConfig:
     # optimisation
     learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    freeze_embeddings: bool = field(default=True, metadata={"help": "keep the token embedding and output matrices fixed during RL"})
     grad_clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
     eps_clip: float = field(default=0.2, metadata={"help": "PPO ratio clip (low)"})
     eps_clip_high: float = field(default=0.2, metadata={"help": "PPO ratio clip (high)"})
     train_tokens_per_micro_batch: int = field(default=16384, metadata={"help": "padded tokens per forward/backward chunk"})
     # model
     model: str = field(default="", metadata={"help": "local Hugging Face model directory (empty: built-in tiny model)"})
-    bootstrap_steps: int = field(default=150, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
+    bootstrap_steps: int = field(default=200, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
     cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     # run

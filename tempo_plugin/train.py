@@ -121,7 +121,14 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     model.eval()
     protocol = ChatProtocol(tokenizer)
     rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    if cfg.freeze_embeddings:
+        # Adam turns the tiny, consistent push-down gradients that every unused vocabulary row gets
+        # from the softmax into full learning-rate steps; with one model in two roles this drifts
+        # the actor's tokens during critic-only updates. The transformer blocks still train.
+        for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+            module.weight.requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     trainer = PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
                             cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch)
     store = StateStore(cfg.state_store_capacity, seed=cfg.seed + 1)

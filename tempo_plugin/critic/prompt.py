@@ -1,10 +1,11 @@
 """The critic prompt: one place for its wording.
 
-The critic sees the task, the privileged information (hidden from the actor), where the episode
-stands (round r of T) and a condensed history: the actions taken so far and the current
-observation without its action list. We condense to actions + current observation rather than the
-full transcript because the environment's observations are a deterministic function of the
-actions, and this keeps the critic prompt short on long episodes.
+The critic sees the task, a condensed history, where the episode stands (round r of T) and, last,
+right before the question, the privileged information (hidden from the actor). The history is the
+actions taken so far and the current observation without its action list: the observations are a
+deterministic function of the actions, and this keeps critic prompts short over long episodes.
+Putting the privileged information last keeps the decisive facts next to the answer, which a
+small model picks up much faster.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ def critic_messages(
     history = ", ".join(actions) if actions else "(none yet)"
     user = (
         f"Task: {task}\n"
-        f"Hidden: {privileged_info}\n"
-        f"Round {round_index} of {max_rounds}.\n"
         f"Actions so far: {history}\n"
         f"Now: {_without_action_list(observation)}\n"
+        f"Round {round_index} of {max_rounds}.\n"
+        f"Hidden: {privileged_info}\n"
         "Probability of eventually winning?"
     )
     return [{"role": "system", "content": CRITIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]

@@ -1,10 +1,11 @@
 """Supervised format bootstrap for the tiny random-init model (a real model skips it).
 
 It teaches formats only. Actor demonstrations are noisy walkthroughs: the key is chosen uniformly
-at random (the sign is ignored) and 20% of the later moves are random admissible actions, so the
+at random in half of them (the sign is ignored) and 20% of the later moves are random admissible actions, so the
 policy is valid but has clear room to improve. Critic demonstrations carry uniformly random values
-in the ``<value>`` format, so the critic starts uninformative and value learning happens in the
-warm-up and TD phases, where the run measures it.
+in the ``<value>`` format after a short reasoning that restates the decisive hidden fact (whether a
+plan can still win), so the critic starts uninformative and value
+learning happens in the warm-up and TD phases, where the run measures it.
 
 Demonstrations are rendered with the same ChatProtocol as the rollouts (same token extension), on
 games from a seed range disjoint from training and evaluation.
@@ -23,7 +24,8 @@ from tempo_plugin.envs.vault import VaultEnv
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
 
 DEMO_GAME_OFFSET = 3_000_000_000
-ACTOR_NOISE = 0.2
+ACTOR_NOISE = 0.2  # share of random admissible moves in the halls
+KEY_NOISE = 0.5  # share of demonstrations that take a uniformly random key
 
 
 @dataclass(frozen=True)
@@ -35,20 +37,35 @@ class Demo:
 def noisy_walkthrough_action(env: VaultEnv, rng: random.Random) -> str:
     actions = env.admissible_actions()
     if env.position == 0:
-        return rng.choice(actions)
+        return rng.choice(actions) if rng.random() < KEY_NOISE else f"take {env.game.correct}"
     if rng.random() < ACTOR_NOISE:
         return rng.choice(actions)
     return env.expert_action() or ("open vault" if "open vault" in actions else "north")
 
 
-def demo_texts(env: VaultEnv, rng: random.Random, max_steps: int) -> Iterator[tuple[str, list[str], str, str, int]]:
-    """(first observation, actions, observation, privileged info, round) along one noisy episode."""
+def critic_reasoning(env: VaultEnv, round_index: int, max_steps: int) -> str:
+    """The critic's short reasoning before its value: the decisive hidden fact, restated.
+
+    The bootstrap teaches this format (reasoning, then ``<value>``) with random values, so the
+    reasoning carries no value information itself; RL then learns which values follow it.
+    """
+    if env.done:
+        return "The episode is over."
+    if env.held is not None and env.held != env.game.correct:
+        return "No plan can win."
+    return "A plan can still win."
+
+
+def demo_texts(env: VaultEnv, rng: random.Random, max_steps: int) -> Iterator[tuple[str, list[str], str, str, int, str]]:
+    """(first observation, actions, observation, privileged info, round, critic reasoning) along
+    one noisy episode."""
     first = env.observation
     actions: list[str] = []
     while not env.done and len(actions) < max_steps:
         actions.append(noisy_walkthrough_action(env, rng))
         env.step(actions[-1])
-        yield first, list(actions), env.observation, env.privileged_info(), len(actions)
+        reasoning = critic_reasoning(env, len(actions), max_steps)
+        yield first, list(actions), env.observation, env.privileged_info(), len(actions), reasoning
 
 
 def actor_demo(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Random, max_steps: int) -> Demo:
@@ -56,7 +73,7 @@ def actor_demo(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Ran
     tokens = protocol.render_prompt(protocol.initial_messages(env.task, observation))
     mask = [0] * len(tokens)
     eos = protocol.tokenizer.eos_token_id
-    for _, actions, obs, _, _ in demo_texts(env, rng, max_steps):
+    for _, actions, obs, _, _, _ in demo_texts(env, rng, max_steps):
         completion = protocol._encode(format_action(actions[-1])) + [eos]
         next_tokens, completion_end = protocol.extend(tokens, completion, obs)
         mask += [1] * len(completion) + [0] * (len(next_tokens) - completion_end)
@@ -69,9 +86,9 @@ def critic_demos(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.R
     states = list(demo_texts(env, rng, max_steps))
     eos = protocol.tokenizer.eos_token_id
     demos = []
-    for _, actions, obs, hidden, round_index in rng.sample(states, min(count, len(states))):
+    for _, actions, obs, hidden, round_index, reasoning in rng.sample(states, min(count, len(states))):
         prompt = protocol.render_prompt(critic_messages(env.task, hidden, actions, obs, round_index, max_steps))
-        completion = protocol._encode(format_value(rng.random())) + [eos]
+        completion = protocol._encode(f"{reasoning} {format_value(rng.random())}") + [eos]
         demos.append(Demo(prompt + completion, [0] * len(prompt) + [1] * len(completion)))
     return demos
 
@@ -86,13 +103,13 @@ def tokenizer_corpus(max_steps: int, games: int = 300) -> list[str]:
         first = env.reset(DEMO_GAME_OFFSET + game)
         turn = f"<|im_start|>user\nTask: {env.task}\n{first}<|im_end|>\n<|im_start|>assistant\n"
         texts.append(turn)
-        for _, actions, obs, hidden, round_index in demo_texts(env, rng, max_steps):
+        for _, actions, obs, hidden, round_index, reasoning in demo_texts(env, rng, max_steps):
             texts.append(format_action(actions[-1]) + "<|im_end|>\n")
             texts.append(f"<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n")
             if rng.random() < 0.2:
                 messages = critic_messages(env.task, hidden, actions, obs, round_index, max_steps)
                 texts.append("".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages))
-                texts.append(format_value(rng.random()))
+                texts.append(f"{reasoning} {format_value(rng.random())}<|im_end|>\n")
     return texts
 
 
@@ -103,7 +120,7 @@ def supervised_bootstrap(
     max_steps: int,
     seed: int,
     learning_rate: float = 2e-3,
-    actor_per_step: int = 4,
+    actor_per_step: int = 3,
     critic_per_step: int = 16,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:

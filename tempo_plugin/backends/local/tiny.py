@@ -1,9 +1,9 @@
 """The built-in tiny model: a byte-level BPE tokenizer trained locally with a ChatML template,
 and a small Qwen3-architecture causal LM built from a config (random init, no download).
 
-The tokenizer's pre-tokenizer isolates digits and does not split on spaces, so frequent phrases of
-the environment become single tokens (short sequences on CPU) while numbers stay digit by digit
-(the critic's value is read digit by digit).
+The tokenizer's pre-tokenizer splits words (GPT-2 style), isolates digits, chat markers and tags, so
+a colour in an observation and in an action is the same token (a small model copies it easily) and
+the critic's value is written digit by digit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+FORMAT_TAGS = ["<action>", "</action>", "<value>", "</value>"]
 
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
@@ -28,7 +29,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(r"\d|<\|[a-z_]+\|>|\n"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
     )
     tokenizer.decoder = decoders.ByteLevel()
@@ -40,6 +41,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
         show_progress=False,
     )
     tokenizer.train_from_iterator(corpus, trainer=trainer)
+    tokenizer.add_tokens(FORMAT_TAGS)  # whole tokens, matched before pre-tokenisation, kept when decoding
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         pad_token="<|pad|>",

@@ -93,7 +93,7 @@ class PolicyTrainer:
             mask = tensors["loss_mask"] > 0
             logprob_gap += (logprobs.detach() - tensors["old_logprobs"]).abs()[mask].sum().item()
             gap_count += int(mask.sum().item())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], self.grad_clip)
         self.optimizer.step()
         self.model.eval()
         return {

@@ -1,0 +1,57 @@
+"""Rollout throughput of the local sampler, with and without the kept KV cache.
+
+    .venv/bin/python bench/rollout.py [--games 16] [--model DIR]
+
+Plays complete vault episodes (T = 40) with the tiny random-init model (or --model DIR) and prints
+rounds/s and generated tokens/s for both prefill strategies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from tempo_plugin.backends.local.model import load_pretrained
+from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.envs import make
+from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches
+from tempo_plugin.rollout.protocol import ChatProtocol
+from tempo_plugin.rollout.sampler import SamplingParams
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--games", type=int, default=16)
+    parser.add_argument("--model", default="")
+    args = parser.parse_args()
+    if args.model:
+        model, tokenizer = load_pretrained(args.model, torch.device("cpu"))
+    else:
+        from tempo_plugin.backends.local.bootstrap import tokenizer_corpus
+        from tempo_plugin.backends.local.tiny import build_tiny_model, build_tokenizer
+
+        tokenizer = build_tokenizer(tokenizer_corpus(40, games=100))
+        torch.manual_seed(0)
+        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).eval()
+    protocol = ChatProtocol(tokenizer)
+    limits = RolloutLimits(horizon=40, max_episode_steps=40, max_trajectory_tokens=4096, max_assistant_tokens=8)
+    print(f"{'prefill':<10} {'games':>5} {'rounds':>7} {'seconds':>8} {'rounds/s':>9} {'gen tok/s':>10}")
+    for reuse in (False, True):
+        sampler = LocalSampler(model, tokenizer, reuse_cache=reuse)
+        branches = []
+        for game in range(args.games):
+            env = make("vault")
+            branches.append(Branch.from_state(fresh_state(env, 7000 + game, protocol), env, game))
+        tic = time.perf_counter()
+        run_branches(branches, sampler, protocol, SamplingParams(stop_token_ids=protocol.stop_token_ids), limits, seed=0)
+        seconds = time.perf_counter() - tic
+        rounds = sum(len(b.rounds) for b in branches)
+        generated = sum(sum(b.loss_mask) for b in branches)
+        name = "kept" if reuse else "fresh"
+        print(f"{name:<10} {args.games:>5} {rounds:>7} {seconds:>8.2f} {rounds / seconds:>9.1f} {generated / seconds:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
