@@ -49,7 +49,7 @@ class TempoConfig:
     train_tokens_per_micro_batch: int = field(default=16384, metadata={"help": "padded tokens per forward/backward chunk"})
     # model
     model: str = field(default="", metadata={"help": "local Hugging Face model directory (empty: built-in tiny model)"})
-    bootstrap_steps: int = field(default=200, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
+    bootstrap_steps: int = field(default=150, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
     cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     # run

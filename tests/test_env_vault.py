@@ -171,7 +171,7 @@ def test_wrong_key_loses() -> None:
 
 def test_exact_observation_strings() -> None:
     env, game = new_game(7)
-    assert 14 <= game.length <= 22
+    assert 8 <= game.length <= 14
     assert 2 <= len(game.keys) <= 4
     assert game.correct in game.keys
     takes = [f"take {k}" for k in game.keys]
@@ -369,7 +369,7 @@ def test_methods_before_reset_raise() -> None:
     [
         ({"min_length": 1}, "min_length"),
         ({"min_length": 10, "max_length": 9}, "max_length"),
-        ({"max_steps": 22}, "max_steps"),
+        ({"max_steps": 14}, "max_steps"),
         ({"max_steps": 10, "min_length": 2, "max_length": 10}, "max_steps"),
     ],
 )
@@ -380,8 +380,8 @@ def test_constructor_validation(options: dict[str, int], name: str) -> None:
 
 
 def test_constructor_accepts_edge_values() -> None:
-    env = VaultEnv(max_steps=23)
-    assert (env.max_steps, env.min_length, env.max_length) == (23, 14, 22)
+    env = VaultEnv(max_steps=15)
+    assert (env.max_steps, env.min_length, env.max_length) == (15, 8, 14)
     assert VaultEnv.supports_snapshot is True
 
 
@@ -390,12 +390,12 @@ def test_thousands_of_distinct_games() -> None:
     games = set()
     for seed in range(5000):
         game = parse(env, env.reset(seed))
-        assert 14 <= game.length <= 22
+        assert 8 <= game.length <= 14
         assert 2 <= len(game.keys) <= 4 and len(set(game.keys)) == len(game.keys)
         assert set(game.keys) <= set(PALETTE) and game.correct in game.keys
         games.add(game)
     assert len(games) >= 2000
-    assert {g.length for g in games} == set(range(14, 23))
+    assert {g.length for g in games} == set(range(8, 15))
     assert {len(g.keys) for g in games} == {2, 3, 4}
 
 

@@ -2,7 +2,7 @@
 
 The game has one decisive early choice whose consequence shows up only many rounds later.
 The agent starts in a key room holding no key and must take exactly one of 2 to 4 coloured
-keys; the key room then locks behind it. It walks north through ``L`` halls (``L`` is 14 to 22
+keys; the key room then locks behind it. It walks north through ``L`` halls (``L`` is 8 to 14
 by default) to the vault door in hall ``L`` and opens the vault. Only the key whose colour the
 sign in the key room names opens it; any other key seals the vault forever. So the reward of the
 final ``open vault`` is decided by the very first action, about ``L`` rounds earlier.
@@ -107,7 +107,7 @@ class VaultEnv:
 
     supports_snapshot: bool = True
 
-    def __init__(self, max_steps: int = 40, min_length: int = 14, max_length: int = 22) -> None:
+    def __init__(self, max_steps: int = 40, min_length: int = 8, max_length: int = 14) -> None:
         _check_int("max_steps", max_steps)
         _check_int("min_length", min_length)
         _check_int("max_length", max_length)

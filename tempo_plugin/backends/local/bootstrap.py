@@ -20,12 +20,13 @@ from typing import Callable, Iterator
 import torch
 
 from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_value
-from tempo_plugin.envs.vault import VaultEnv
+from tempo_plugin.envs.vault import PALETTE, VaultEnv
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
 
 DEMO_GAME_OFFSET = 3_000_000_000
 ACTOR_NOISE = 0.2  # share of random admissible moves in the halls
 KEY_NOISE = 0.5  # share of demonstrations that take a uniformly random key
+SLIP = 0.15  # chance of asking for a random palette colour in the key room
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Demo:
 def noisy_walkthrough_action(env: VaultEnv, rng: random.Random) -> str:
     actions = env.admissible_actions()
     if env.position == 0:
+        if rng.random() < SLIP:  # a slip (maybe a key that is not there): the demo then recovers
+            return f"take {rng.choice(PALETTE)}"
         return rng.choice(actions) if rng.random() < KEY_NOISE else f"take {env.game.correct}"
     if rng.random() < ACTOR_NOISE:
         return rng.choice(actions)
