@@ -24,7 +24,7 @@ class TempoConfig:
     critic_samples: int = field(default=4, metadata={"help": "K: critic samples trained per start state"})
     endpoint_samples: int = field(default=2, metadata={"help": "critic samples averaged per non-terminal endpoint"})
     states_per_batch: int = field(default=4, metadata={"help": "start states per TD update"})
-    warmup_updates: int = field(default=10, metadata={"help": "critic-only updates with Monte-Carlo targets"})
+    warmup_updates: int = field(default=12, metadata={"help": "critic-only updates with Monte-Carlo targets"})
     warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
     td_updates: int = field(default=8, metadata={"help": "joint actor+critic TD updates"})
     state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
@@ -40,7 +40,8 @@ class TempoConfig:
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (actor and critic)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold"})
     # optimisation
-    learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate"})
+    learning_rate: float = field(default=5e-4, metadata={"help": "AdamW learning rate of the warm-up"})
+    td_learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate of the TD phase (actor and critic share the model)"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     freeze_embeddings: bool = field(default=True, metadata={"help": "keep the token embedding and output matrices fixed during RL"})
     grad_clip: float = field(default=1.0, metadata={"help": "gradient-norm clip"})
@@ -87,7 +88,7 @@ class TempoConfig:
             raise ConfigError("--branches must be >= 2: advantages are centred within the N branches")
         if self.critic_samples < 2:
             raise ConfigError("--critic-samples must be >= 2: critic rewards are centred within the K samples")
-        for name in ("r_max", "temperature", "learning_rate"):
+        for name in ("r_max", "temperature", "learning_rate", "td_learning_rate"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{flag(name)} must be > 0 (got {getattr(self, name)})")
         if not 0 < self.top_p <= 1:

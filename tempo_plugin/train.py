@@ -155,6 +155,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             batch = rollout.warmup_update(update, [next_game() for _ in range(cfg.warmup_games_per_batch)])
         else:
             phase = "td"
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.td_learning_rate
             batch = rollout.td_update(update, store.sample(cfg.states_per_batch), next_game)
         train_tic = time.perf_counter()
         train_metrics = trainer.step(batch.samples)
