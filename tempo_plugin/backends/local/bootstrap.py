@@ -85,8 +85,9 @@ def actor_demo(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Ran
 
 
 def critic_demos(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Random, max_steps: int, count: int) -> list[Demo]:
-    env.reset(seed)
-    states = list(demo_texts(env, rng, max_steps))
+    first = env.reset(seed)
+    initial = (first, [], first, env.privileged_info(), 0, critic_reasoning(env, 0, max_steps))
+    states = [initial] + list(demo_texts(env, rng, max_steps))  # fresh games are TD start states too
     eos = protocol.tokenizer.eos_token_id
     demos = []
     for _, actions, obs, hidden, round_index, reasoning in rng.sample(states, min(count, len(states))):

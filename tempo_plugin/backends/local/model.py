@@ -18,7 +18,7 @@ import torch
 
 from tempo_plugin.config import ConfigError, TempoConfig
 
-TINY_VERSION = 7  # bump when the tiny model, its tokenizer or its bootstrap data change
+TINY_VERSION = 8  # bump when the tiny model, its tokenizer or its bootstrap data change
 
 
 def resolve_device(name: str) -> torch.device:
