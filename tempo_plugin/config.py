@@ -35,7 +35,7 @@ class TempoConfig:
     env: str = field(default="vault", metadata={"help": "environment name"})
     # generation
     max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})
-    max_assistant_tokens: int = field(default=32, metadata={"help": "token cap of one actor turn"})
+    max_assistant_tokens: int = field(default=12, metadata={"help": "token cap of one actor turn"})
     critic_max_tokens: int = field(default=32, metadata={"help": "token cap of one critic completion"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (actor and critic)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling threshold"})

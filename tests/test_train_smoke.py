@@ -53,3 +53,18 @@ def test_bad_flag_is_one_line_error_naming_the_flag(tmp_path, capsys):
     assert err.count("\n") == 0 and "--macro-rounds" in err
     assert main(["--resume", "--out", str(tmp_path / "missing")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_a_local_hugging_face_model_directory_runs_without_bootstrap(tmp_path, tiny_model, tiny_tokenizer, capsys):
+    model_dir = tmp_path / "hf-model"
+    tiny_model.save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "run"
+    args = SMALL + ["--td-updates", "1", "--model", str(model_dir), "--out", str(out),
+                    "--cache-dir", str(tmp_path / "cache")]
+    assert main(args) == 0
+    assert not (tmp_path / "cache").exists()  # a real model skips the tiny bootstrap
+    phases = [r["phase"] for r in read_metrics(out / "metrics.jsonl")]
+    assert phases == ["eval", "warmup", "td", "eval"]
+    assert main(["--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
+    assert "--model" in capsys.readouterr().err
