@@ -16,9 +16,9 @@ def _requests(tokenizer):
     return [Request(tokenizer.encode(t), max_new_tokens=n) for t, n in zip(texts, (6, 9, 4))]
 
 
-def test_sampler_logprobs_match_trainer_logprobs_under_left_padding(tiny_model, tiny_tokenizer):
-    sampler = LocalSampler(tiny_model, tiny_tokenizer)
-    requests = _requests(tiny_tokenizer)
+def test_sampler_logprobs_match_trainer_logprobs_under_left_padding(tiny_model, tokenizer):
+    sampler = LocalSampler(tiny_model, tokenizer)
+    requests = _requests(tokenizer)
     completions = sampler.generate(requests, SamplingParams(stop_token_ids=()), seed=3)
     for request, completion in zip(requests, completions):
         assert len(completion.token_ids) == request.max_new_tokens  # no stop tokens: runs to the budget
@@ -29,9 +29,9 @@ def test_sampler_logprobs_match_trainer_logprobs_under_left_padding(tiny_model, 
         assert torch.allclose(reference, torch.tensor(completion.logprobs), atol=1e-4)
 
 
-def test_sampler_is_deterministic_per_seed_and_stops_on_stop_tokens(tiny_model, tiny_tokenizer):
-    sampler = LocalSampler(tiny_model, tiny_tokenizer)
-    requests = _requests(tiny_tokenizer)
+def test_sampler_is_deterministic_per_seed_and_stops_on_stop_tokens(tiny_model, tokenizer):
+    sampler = LocalSampler(tiny_model, tokenizer)
+    requests = _requests(tokenizer)
     first = sampler.generate(requests, SamplingParams(), seed=11)
     again = sampler.generate(requests, SamplingParams(), seed=11)
     assert [c.token_ids for c in first] == [c.token_ids for c in again]
@@ -41,9 +41,9 @@ def test_sampler_is_deterministic_per_seed_and_stops_on_stop_tokens(tiny_model, 
     assert stopped[0].token_ids == [stop] and stopped[0].finish_reason == "stop"
 
 
-def test_trainer_step_raises_logprob_of_positive_advantage_tokens(tiny_model, tiny_tokenizer):
-    prompt = tiny_tokenizer.encode("Hall 1 of 14. You hold the blue key. Actions: north, wait")
-    target = tiny_tokenizer.encode("<action>north</action>")
+def test_trainer_step_raises_logprob_of_positive_advantage_tokens(tiny_model, tokenizer):
+    prompt = tokenizer.encode("Hall 1 of 14. You hold the blue key. Actions: north, wait")
+    target = tokenizer.encode("<action>north</action>")
     tokens = prompt + target
     mask = [0] * len(prompt) + [1] * len(target)
     batch = collate([make_sample(tokens, mask, [0.0] * len(tokens), 1.0, ACTOR, 0, 1.0)], 0, torch.device("cpu"))
@@ -70,10 +70,10 @@ def test_trainer_with_no_samples_skips_the_step(tiny_model):
     assert all(torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
 
 
-def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_model, tiny_tokenizer):
-    sampler = LocalSampler(tiny_model, tiny_tokenizer)
-    params = SamplingParams(stop_token_ids=(tiny_tokenizer.eos_token_id,))
-    requests = _requests(tiny_tokenizer)
+def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_model, tokenizer):
+    sampler = LocalSampler(tiny_model, tokenizer)
+    params = SamplingParams(stop_token_ids=(tokenizer.eos_token_id,))
+    requests = _requests(tokenizer)
     sequences = [list(r.prompt_ids) for r in requests]
     for round_no in range(3):
         # branches in a different order each round; each prompt extends its previous sequence
@@ -86,8 +86,8 @@ def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_mo
             with torch.no_grad():
                 reference = token_logprobs(tiny_model, full, torch.ones_like(full), 1.0)[0, len(prompt):]
             assert torch.allclose(reference, torch.tensor(completion.logprobs), atol=1e-4)
-            sequences[i] = prompt + completion.token_ids + tiny_tokenizer.encode(f" observation {round_no} {i}")
+            sequences[i] = prompt + completion.token_ids + tokenizer.encode(f" observation {round_no} {i}")
     assert sampler.reused_calls == 2
     # a request that extends no kept row falls back to a fresh prefill
-    sampler.generate([Request(tiny_tokenizer.encode("unrelated"), 3)], params, seed=9)
+    sampler.generate([Request(tokenizer.encode("unrelated"), 3)], params, seed=9)
     assert sampler.reused_calls == 2

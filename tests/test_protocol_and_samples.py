@@ -7,14 +7,11 @@ from typing import Sequence
 
 import pytest
 
-from tempo_plugin.backends.local.bootstrap import tokenizer_corpus
-from tempo_plugin.backends.local.tiny import build_tokenizer
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.envs.vault import VaultEnv
 from tempo_plugin.rollout.engine import MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.protocol import (
     INVALID_ACTION,
-    ChatProtocol,
     PrefixViolation,
     check_extends,
     parse_action,
@@ -26,16 +23,6 @@ from tempo_plugin.rollout.updates import CriticCall, TempoRollout
 MAX_STEPS = 40
 USER_HEAD = "<|im_start|>user\n"
 USER_TAIL = "<|im_end|>\n<|im_start|>assistant\n"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer(tokenizer_corpus(MAX_STEPS, games=30))
-
-
-@pytest.fixture(scope="module")
-def protocol(tokenizer):
-    return ChatProtocol(tokenizer)
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -9,13 +9,10 @@ from typing import Sequence
 
 import pytest
 
-from tempo_plugin.backends.local.bootstrap import tokenizer_corpus
-from tempo_plugin.backends.local.tiny import build_tokenizer
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT
 from tempo_plugin.envs.vault import VaultEnv
 from tempo_plugin.rollout.engine import fresh_state
-from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, CRITIC
 from tempo_plugin.rollout.updates import TempoRollout
@@ -250,16 +247,6 @@ def test_replay_detects_an_episode_that_ends_before_the_history_does():
 
 
 # --------------------------------------------------------------------------- TD update, bad start
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer(tokenizer_corpus(MAX_STEPS, games=30))
-
-
-@pytest.fixture(scope="module")
-def protocol(tokenizer):
-    return ChatProtocol(tokenizer)
 
 
 class FakeSampler:

@@ -55,10 +55,10 @@ def test_bad_flag_is_one_line_error_naming_the_flag(tmp_path, capsys):
     assert "no checkpoint" in capsys.readouterr().err
 
 
-def test_a_local_hugging_face_model_directory_runs_without_bootstrap(tmp_path, tiny_model, tiny_tokenizer, capsys):
+def test_a_local_hugging_face_model_directory_runs_without_bootstrap(tmp_path, tiny_model, tokenizer, capsys):
     model_dir = tmp_path / "hf-model"
     tiny_model.save_pretrained(model_dir)
-    tiny_tokenizer.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
     out = tmp_path / "run"
     args = SMALL + ["--td-updates", "1", "--model", str(model_dir), "--out", str(out),
                     "--cache-dir", str(tmp_path / "cache")]
