@@ -1,0 +1,77 @@
+"""A Sampler over an SGLang(-compatible) ``/generate`` endpoint: token-in, log-probs out.
+
+One HTTP request per completion, sent concurrently (as slime's own rollout does through the
+router). Token ids and log-probs are taken from ``meta_info.output_token_logprobs``, never from
+re-tokenised text. A request the server aborts raises, so the caller can drop the update.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
+
+
+class GenerationError(RuntimeError):
+    """The server did not return a usable completion."""
+
+
+def completion_from_sglang(output: dict[str, Any]) -> Completion:
+    meta = output.get("meta_info") or {}
+    triples = meta.get("output_token_logprobs")
+    finish = (meta.get("finish_reason") or {}).get("type")
+    if finish == "abort":
+        raise GenerationError("the server aborted the request")
+    if triples is None:
+        raise GenerationError("response has no meta_info.output_token_logprobs: was return_logprob sent?")
+    if finish not in ("stop", "length"):
+        raise GenerationError(f"unexpected finish_reason {finish!r}")
+    return Completion(
+        token_ids=[int(t[1]) for t in triples],
+        logprobs=[float(t[0]) for t in triples],
+        text=str(output.get("text", "")),
+        finish_reason=finish,
+    )
+
+
+@dataclass
+class HTTPSampler:
+    url: str  # e.g. http://127.0.0.1:30000/generate
+    max_workers: int = 64
+    timeout_s: float = 600.0
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self.url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            raise GenerationError(f"{self.url} answered {error.code}: {error.read()[:200]!r}") from error
+
+    def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
+        def one(request: Request) -> Completion:
+            payload = {
+                "input_ids": list(request.prompt_ids),
+                "sampling_params": {
+                    "temperature": params.temperature,
+                    "top_p": params.top_p,
+                    "max_new_tokens": request.max_new_tokens,
+                    "stop_token_ids": list(params.stop_token_ids),
+                    "skip_special_tokens": True,
+                    "no_stop_trim": True,
+                },
+                "return_logprob": True,
+            }
+            return completion_from_sglang(self._post(payload))
+
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(requests))) as pool:
+            return list(pool.map(one, requests))

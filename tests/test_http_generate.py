@@ -1,0 +1,85 @@
+"""End to end over real HTTP on loopback: the SGLang-compatible server, the HTTP Sampler and a TEMPO update."""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.backends.local.serve import make_server
+from tempo_plugin.backends.local.trainer import token_logprobs
+from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+from tempo_plugin.config import TempoConfig
+from tempo_plugin.envs import make
+from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches
+from tempo_plugin.rollout.samples import ACTOR, make_sample
+from tempo_plugin.rollout.updates import TempoRollout
+
+
+@pytest.fixture()
+def server_url(tiny_model, tokenizer):
+    server = make_server(LocalSampler(tiny_model, tokenizer), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _post(url, payload):
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def test_generate_speaks_sglang_token_in_with_logprobs(server_url, tokenizer):
+    prompt = tokenizer.encode("Hall 2 of 9. You hold the red key.")
+    out = _post(server_url + "/generate", {"input_ids": prompt, "sampling_params": {"max_new_tokens": 5}, "return_logprob": True})
+    triples = out["meta_info"]["output_token_logprobs"]
+    assert len(triples) == len(out["output_ids"]) == out["meta_info"]["completion_tokens"] == 5
+    assert [t[1] for t in triples] == out["output_ids"] and all(t[0] <= 0 for t in triples)
+    assert out["meta_info"]["finish_reason"]["type"] == "length"
+    assert out["meta_info"]["prompt_tokens"] == len(prompt)
+    batch = _post(server_url + "/generate", {"input_ids": [prompt, prompt[:3]], "sampling_params": {"max_new_tokens": 2}})
+    assert isinstance(batch, list) and [len(o["output_ids"]) for o in batch] == [2, 2]
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _post(server_url + "/generate", {"input_ids": "not tokens"})
+    assert error.value.code == 400
+
+
+def test_tempo_td_update_through_http_sampler(server_url, tiny_model, tokenizer, protocol):
+    cfg = TempoConfig(branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=2, macro_rounds=5,
+                      max_assistant_tokens=6, critic_max_tokens=6)
+    rollout = TempoRollout(cfg, HTTPSampler(server_url + "/generate"), protocol, lambda: make("vault"))
+    seeds = iter(range(100, 200))
+    batch = rollout.td_update(0, [], lambda: next(seeds))
+    assert batch.metrics["td/fresh_states"] == 2.0
+    # an untrained policy never finishes a game in 5 rounds: every branch is a store state
+    assert len(batch.new_states) == 4
+    # a random model never writes a parsable value, so every group is degenerate: nothing to train
+    assert batch.samples == [] and batch.metrics["critic/parse_failure_rate"] == 1.0
+    # the branches themselves, built over HTTP, make consistent training samples
+    env = make("vault")
+    state = fresh_state(env, 7, protocol)
+    branches = [Branch.from_state(state, make("vault"), 0) for _ in range(2)]
+    for branch in branches:
+        branch.env.reset(7)
+    limits = RolloutLimits(horizon=4, max_episode_steps=40, max_trajectory_tokens=2048, max_assistant_tokens=6)
+    run_branches(branches, rollout.sampler, protocol, rollout.params, limits, seed=0)
+    for branch in branches:
+        sample = make_sample(branch.tokens, branch.loss_mask, branch.logprobs, 0.5, ACTOR, 0, 1.0)
+        assert len(sample.tokens) == len(sample.loss_mask) == len(sample.old_logprobs) == len(sample.advantages)
+        assert sample.loss_mask[-1] == 1 and 4 <= sum(sample.loss_mask) <= 4 * 6  # 4 turns of 1..6 tokens
+        assert sample.tokens[: len(state.token_prefix)] == list(state.token_prefix)
+        ids = torch.tensor([sample.tokens])
+        with torch.no_grad():
+            reference = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0)[0]
+        mask = torch.tensor(sample.loss_mask).bool()
+        # the sampler log-probs that came over HTTP are the model's own
+        assert torch.allclose(reference[mask], torch.tensor(sample.old_logprobs)[mask], atol=1e-4)
+        assert all(lp == 0.0 for lp, m in zip(sample.old_logprobs, sample.loss_mask) if not m)
+    for state in batch.new_states:
+        assert state.round_index == 5 and state.macro_index == 1 and len(state.action_history) == 5
