@@ -62,7 +62,7 @@ class ChatProtocol:
         closing_text = closed[closed.rindex(_PROBE_ASSISTANT) + len(_PROBE_ASSISTANT):]
         turn_text = extended[len(closed):]
         self._turn_head, _, self._turn_tail = turn_text.partition(_PROBE_USER)
-        self.closing_ids: list[int] = self._encode(closing_text)
+        self.closing_ids: list[int] = self.encode(closing_text)
         stop = {self.tokenizer.eos_token_id}
         for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
             token_id = self.tokenizer.convert_tokens_to_ids(token)
@@ -75,7 +75,7 @@ class ChatProtocol:
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, enable_thinking=False
         )
 
-    def _encode(self, text: str) -> list[int]:
+    def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def initial_messages(self, task: str, observation: str) -> list[dict[str, str]]:
@@ -86,7 +86,7 @@ class ChatProtocol:
 
     def render_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of a fresh prompt ending with the assistant header."""
-        return self._encode(self._render(messages, add_generation_prompt=True))
+        return self.encode(self._render(messages, add_generation_prompt=True))
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
@@ -101,7 +101,7 @@ class ChatProtocol:
 
     def observation_tokens(self, observation: str) -> list[int]:
         """The rendered user turn carrying an observation, ending with the next assistant header."""
-        return self._encode(self._turn_head + observation + self._turn_tail)
+        return self.encode(self._turn_head + observation + self._turn_tail)
 
     def extend(self, prompt: Sequence[int], completion_ids: Sequence[int], observation: str) -> tuple[list[int], int]:
         """Next prompt after one round, and the index where the completion's context tail starts."""

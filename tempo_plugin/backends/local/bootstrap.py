@@ -77,7 +77,7 @@ def actor_demo(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Ran
     mask = [0] * len(tokens)
     eos = protocol.tokenizer.eos_token_id
     for _, actions, obs, _, _, _ in demo_texts(env, rng, max_steps):
-        completion = protocol._encode(format_action(actions[-1])) + [eos]
+        completion = protocol.encode(format_action(actions[-1])) + [eos]
         next_tokens, completion_end = protocol.extend(tokens, completion, obs)
         mask += [1] * len(completion) + [0] * (len(next_tokens) - completion_end)
         tokens = next_tokens
@@ -92,7 +92,7 @@ def critic_demos(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.R
     demos = []
     for _, actions, obs, hidden, round_index, reasoning in rng.sample(states, min(count, len(states))):
         prompt = protocol.render_prompt(critic_messages(env.task, hidden, actions, obs, round_index, max_steps))
-        completion = protocol._encode(f"{reasoning} {format_value(rng.random())}") + [eos]
+        completion = protocol.encode(f"{reasoning} {format_value(rng.random())}") + [eos]
         demos.append(Demo(prompt + completion, [0] * len(prompt) + [1] * len(completion)))
     return demos
 
