@@ -108,12 +108,53 @@ class TempoConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TempoConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown TEMPO setting(s): {', '.join(unknown)}")
-        return cls(**values).validate()
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "TempoConfig":
+        """Keys in snake_case or kebab-case; values converted to the field's type; validated."""
+        types = {f.name: _FIELD_TYPES[str(f.type)] for f in fields(cls)}
+        converted: dict[str, Any] = {}
+        for key, value in values.items():
+            name = str(key).replace("-", "_")
+            if name not in types:
+                raise ConfigError(f"{source}: unknown TEMPO setting {key!r}")
+            converted[name] = _convert(value, types[name], f"{source}: {key}")
+        return cls(**converted).validate()
+
+
+_FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _convert(value: Any, kind: type, where: str) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be true or false (got {value!r})")
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{where} must be an integer (got {value!r})")
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number (got {value!r})")
+        return float(value)
+    if kind is str and not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string (got {value!r})")
+    return value
+
+
+def load_config_file(path: str) -> TempoConfig:
+    """A TEMPO config from a YAML mapping (the slime runtime's ``--custom-config-path``)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = yaml.safe_load(f)
+    except OSError as error:
+        raise ConfigError(f"cannot read TEMPO config {path}: {error.strerror}") from error
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from error
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path} must hold a mapping of TEMPO settings, not {type(values).__name__}")
+    return TempoConfig.from_dict(values, source=path)
 
 
 def flag(name: str) -> str:
@@ -139,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         if f.type in (bool, "bool"):
             kwargs.update(nargs="?", const=True, type=_parse_bool)
         else:
-            kwargs["type"] = {"int": int, "float": float, "str": str}.get(str(f.type), type(f.default))
+            kwargs["type"] = _FIELD_TYPES[str(f.type)]
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument(flag(f.name), dest=f.name, **kwargs)

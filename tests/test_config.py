@@ -117,3 +117,47 @@ def test_from_dict_rejects_unknown_keys_and_round_trips():
     cfg = TempoConfig(macro_rounds=5, branches=3, r_max=2.0)
     assert TempoConfig.from_dict(cfg.to_dict()) == cfg
     assert TempoConfig.from_dict({"macro_rounds": 4}).macro_rounds == 4
+
+
+def test_config_file_accepts_snake_and_kebab_keys(tmp_path):
+    from tempo_plugin.config import load_config_file
+
+    path = tmp_path / "tempo.yaml"
+    path.write_text("macro-rounds: 5\nbranches: 8\nr_max: 2\nresume: true\n")
+    cfg = load_config_file(str(path))
+    assert (cfg.macro_rounds, cfg.branches, cfg.r_max, cfg.resume) == (5, 8, 2.0, True)
+    assert isinstance(cfg.r_max, float)
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_config_file(str(tmp_path / "empty.yaml")) == TempoConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("horizon: 3\n", "unknown TEMPO setting 'horizon'"),
+        ("macro_rounds: ten\n", "macro_rounds must be an integer"),
+        ("macro_rounds: 2.5\n", "macro_rounds must be an integer"),
+        ("branches: true\n", "branches must be an integer"),
+        ("r_max: fast\n", "r_max must be a number"),
+        ("resume: 1\n", "resume must be true or false"),
+        ("- a\n- b\n", "must hold a mapping"),
+        ("macro_rounds: [\n", "is not valid YAML"),
+        ("macro_rounds: 7\n", "--max-episode-steps (40) must be a multiple of --macro-rounds (7)"),
+    ],
+)
+def test_config_file_errors_are_one_line_and_name_the_key(tmp_path, text, expected):
+    from tempo_plugin.config import load_config_file
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config_file(str(path))
+    message = str(info.value)
+    assert expected in message and "\n" not in message
+
+
+def test_missing_config_file_names_the_path(tmp_path):
+    from tempo_plugin.config import load_config_file
+
+    with pytest.raises(ConfigError, match="cannot read TEMPO config .*nope.yaml"):
+        load_config_file(str(tmp_path / "nope.yaml"))
