@@ -32,3 +32,12 @@ def test_plain_samples_fall_back_to_positional_groups_and_dict_rewards():
     with pytest.raises(ValueError, match="no reward"):
         post_process(args, [sample(None)])
 
+
+
+def test_with_slimes_own_sample_class():
+    types = pytest.importorskip("slime.utils.types", reason="slime is not importable (put its source on PYTHONPATH)")
+    args = SimpleNamespace(n_samples_per_prompt=2, reward_key=None)
+    samples = [types.Sample(index=i, reward=r, group_index=g) for i, (r, g) in enumerate([(1.0, 7), (0.0, 7), (0.4, 8)])]
+    raw, centred = post_process(args, samples)
+    assert raw == [1.0, 0.0, 0.4]
+    assert centred == pytest.approx([0.5, -0.5, 0.0])  # group 7 mean 0.5; group 8 alone
