@@ -7,16 +7,17 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-# The metrics the end-of-run table compares (first vs last value) and the curves plot.
-SUMMARY_METRICS = (
-    "critic/abs_error_mean",
-    "critic/value_corr",
-    "critic/parse_failure_rate",
-    "actor/segment_reward_mean",
-    "actor/degenerate_group_rate",
-    "td/fresh_states",
-)
-PLOTTED_METRICS = SUMMARY_METRICS + ("actor/value_gap_zero_reward", "store/size", "train/loss")
+# The metrics the end-of-run table compares (first vs last value) with the phase they are read
+# over (None: every update), and the ones the curves plot.
+SUMMARY_METRICS: dict[str, str | None] = {
+    "critic/abs_error_mean": None,
+    "critic/value_corr": "warmup",
+    "critic/parse_failure_rate": None,
+    "actor/segment_reward_mean": "td",
+    "actor/degenerate_group_rate": "td",
+    "td/fresh_states": "td",
+}
+PLOTTED_METRICS = tuple(SUMMARY_METRICS) + ("actor/value_gap_zero_reward", "store/size", "train/loss")
 SUCCESS_RATE = "eval/success_rate"
 
 
@@ -54,17 +55,9 @@ def first_last(records: Iterable[dict[str, Any]], key: str, phase: str | None = 
 def summary_rows(records: list[dict[str, Any]]) -> list[tuple[str, str, float | None, float | None]]:
     """(metric, span, first, last) rows: warm-up-only metrics over the warm-up, TD-only over TD."""
     rows = []
-    spans = {
-        "critic/abs_error_mean": None,
-        "critic/value_corr": "warmup",
-        "critic/parse_failure_rate": None,
-        "actor/segment_reward_mean": "td",
-        "actor/degenerate_group_rate": "td",
-        "td/fresh_states": "td",
-    }
-    for key in SUMMARY_METRICS:
-        first, last = first_last(records, key, spans[key])
-        rows.append((key, spans[key] or "all", first, last))
+    for key, span in SUMMARY_METRICS.items():
+        first, last = first_last(records, key, span)
+        rows.append((key, span or "all", first, last))
     evals = [r for r in records if r.get("phase") == "eval"]
     if evals:
         rows.append((SUCCESS_RATE, "base -> final", evals[0].get(SUCCESS_RATE), evals[-1].get(SUCCESS_RATE) if len(evals) > 1 else None))

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import yaml
 
-from tempo_plugin.backends.local.model import load_policy, resolve_device
+from tempo_plugin.backends.local.model import load_policy, load_pretrained, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, parse_config
@@ -108,8 +108,6 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     make_env()  # fail fast on an unknown --env
 
     if cfg.resume:
-        from tempo_plugin.backends.local.model import load_pretrained
-
         model, tokenizer = load_pretrained(str(checkpoint), device)
     else:
         bar = None

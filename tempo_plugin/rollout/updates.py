@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Sequence
 
 from tempo_plugin.algorithms.stats import mean, pearson
@@ -44,7 +45,7 @@ class CriticCall:
     prompt_ids: list[int]
     completions: list[Completion]
 
-    @property
+    @cached_property
     def values(self) -> list[float | None]:
         return [parse_value(c.text) for c in self.completions]
 
@@ -128,13 +129,10 @@ class TempoRollout:
     def warmup_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
         cfg = self.cfg
         tic = time.perf_counter()
-        branches = []
-        for group, game in enumerate(games):
-            state = fresh_state(self.make_env(), game, self.protocol)
-            for _ in range(cfg.branches):
-                env = self.make_env()
-                restore_env(env, state, cfg.restore)
-                branches.append(Branch.from_state(state, env, group))
+        branches = [
+            b for group, game in enumerate(games)
+            for b in self._restore_group(fresh_state(self.make_env(), game, self.protocol), group)
+        ]
         env_seconds = run_branches(
             branches, self.sampler, self.protocol, self.params, self._limits(cfg.max_episode_steps), seed=update
         )

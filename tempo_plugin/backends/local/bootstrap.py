@@ -21,7 +21,9 @@ import torch
 
 from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_value
 from tempo_plugin.envs.vault import PALETTE, VaultEnv
+from tempo_plugin.backends.local.trainer import collate, token_logprobs
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
+from tempo_plugin.rollout.samples import ACTOR, make_sample
 
 DEMO_GAME_OFFSET = 3_000_000_000
 ACTOR_NOISE = 0.2  # share of random admissible moves in the halls
@@ -165,14 +167,9 @@ def supervised_bootstrap(
 
 
 def _masked_nll(model, demos: list[Demo], pad_id: int, device: torch.device) -> torch.Tensor:
-    """Mean next-token cross-entropy over the demonstration tokens with mask 1."""
-    from tempo_plugin.backends.local.trainer import collate
-    from tempo_plugin.rollout.samples import ACTOR, make_sample
-
+    """Mean negative log-likelihood of the demonstration tokens with mask 1."""
     samples = [make_sample(d.tokens, d.loss_mask, [0.0] * len(d.tokens), 0.0, ACTOR, 0, 0.0) for d in demos]
     tensors = collate(samples, pad_id, device)
-    logits = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention"]).logits[:, :-1].float()
-    targets = tensors["input_ids"][:, 1:]
-    mask = tensors["loss_mask"][:, 1:].reshape(-1)
-    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-    return (nll * mask).sum() / mask.sum()
+    logprobs = token_logprobs(model, tensors["input_ids"], tensors["attention"], temperature=1.0)
+    mask = tensors["loss_mask"]
+    return -(logprobs * mask).sum() / mask.sum()

@@ -54,6 +54,10 @@ class LocalSampler:
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
@@ -122,7 +126,7 @@ class LocalSampler:
 
     def _prefill_fresh(self, requests: Sequence[Request]):
         device = self.device
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        pad_id = self.pad_id
         lengths = [len(r.prompt_ids) for r in requests]
         width = max(lengths)
         input_ids = torch.full((len(requests), width), pad_id, dtype=torch.long, device=device)
@@ -139,7 +143,7 @@ class LocalSampler:
         kept = self._kept
         assert kept is not None
         device = self.device
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        pad_id = self.pad_id
         index = torch.tensor(rows, dtype=torch.long, device=device)
         kept.cache.batch_select_indices(index)
         new_tokens = [list(r.prompt_ids[len(kept.visible[row]):]) for r, row in zip(requests, rows)]
