@@ -139,8 +139,8 @@ def _convert(value: Any, kind: type, where: str) -> Any:
     return value
 
 
-def load_config_file(path: str) -> TempoConfig:
-    """A TEMPO config from a YAML mapping (the slime runtime's ``--custom-config-path``)."""
+def read_config_file(path: str) -> dict[str, Any]:
+    """The raw mapping of TEMPO settings in a YAML file (not yet typed or validated)."""
     import yaml
 
     try:
@@ -154,7 +154,12 @@ def load_config_file(path: str) -> TempoConfig:
         values = {}
     if not isinstance(values, dict):
         raise ConfigError(f"{path} must hold a mapping of TEMPO settings, not {type(values).__name__}")
-    return TempoConfig.from_dict(values, source=path)
+    return values
+
+
+def load_config_file(path: str) -> TempoConfig:
+    """A TEMPO config from a YAML mapping, typed and validated."""
+    return TempoConfig.from_dict(read_config_file(path), source=path)
 
 
 def flag(name: str) -> str:

@@ -28,12 +28,10 @@ from tempo_plugin.backends.local.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, parse_config
 from tempo_plugin.envs import make
 from tempo_plugin.metrics import SUCCESS_RATE, MetricsLog, format_table, plot_curves, summary_rows
+from tempo_plugin.rollout.games import eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.updates import TempoRollout
 from tempo_plugin.states.store import StateStore
-
-EVAL_GAME_OFFSET = 2_000_000_000  # held-out games: never reached by training seeds
-TRAIN_GAMES_PER_SEED = 10_000_019
 
 
 @dataclass
@@ -43,14 +41,6 @@ class Progress:
     next_update: int = 0
     game_cursor: int = 0
     base_success: float | None = None
-
-
-def train_game(cfg: TempoConfig, cursor: int) -> int:
-    return cfg.seed * TRAIN_GAMES_PER_SEED + cursor
-
-
-def eval_games(cfg: TempoConfig) -> list[int]:
-    return [EVAL_GAME_OFFSET + i for i in range(cfg.eval_games)]
 
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
@@ -137,12 +127,12 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
 
     if progress.base_success is None and cfg.eval_games > 0:
         print(f"measuring the base policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
-        progress.base_success = rollout.success_rate(eval_games(cfg), seed=cfg.seed)
+        progress.base_success = rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
         log.log({"phase": "eval", "update": -1, SUCCESS_RATE: progress.base_success})
 
     def next_game() -> int:
         progress.game_cursor += 1
-        return train_game(cfg, progress.game_cursor - 1)
+        return train_game(cfg.seed, progress.game_cursor - 1)
 
     bar = tqdm(range(progress.next_update, cfg.total_updates), initial=progress.next_update,
                total=cfg.total_updates, desc="TEMPO", unit="update")
@@ -179,7 +169,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
 
     if cfg.eval_games > 0:
         print(f"measuring the trained policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
-        final = rollout.success_rate(eval_games(cfg), seed=cfg.seed)
+        final = rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
         log.log({"phase": "eval", "update": cfg.total_updates, SUCCESS_RATE: final})
     log.close()
     records = log.records

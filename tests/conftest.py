@@ -26,3 +26,84 @@ def tiny_model(tokenizer):
     model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     model.eval()
     return model
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tokenizer, tmp_path_factory):
+    """The tiny tokenizer saved as a Hugging Face directory (what slime's --hf-checkpoint points to)."""
+    path = tmp_path_factory.mktemp("hf_checkpoint")
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture()
+def serve(tokenizer):
+    """serve(sampler) -> base URL of an SGLang-compatible /generate server on loopback."""
+    import threading
+
+    from tempo_plugin.backends.local.serve import make_server
+
+    servers = []
+
+    def start(sampler):
+        server = make_server(sampler, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture()
+def slime_types(monkeypatch):
+    """slime's Sample and rollout output classes when slime is importable, else stand-ins with the
+    same fields, patched into the rollout hooks."""
+    import enum
+    from dataclasses import dataclass, field
+    from types import SimpleNamespace
+
+    from tempo_plugin.backends.slime import rollout
+
+    try:
+        types = rollout.slime_types()
+    except ImportError:
+
+        @dataclass
+        class Sample:
+            class Status(enum.Enum):
+                PENDING = "pending"
+                COMPLETED = "completed"
+                TRUNCATED = "truncated"
+                ABORTED = "aborted"
+                FAILED = "failed"
+
+            group_index: int | None = None
+            index: int | None = None
+            rollout_id: int | None = None
+            prompt: str = ""
+            tokens: list = field(default_factory=list)
+            response: str = ""
+            response_length: int = 0
+            reward: float | None = None
+            loss_mask: list | None = None
+            rollout_log_probs: list | None = None
+            remove_sample: bool = False
+            status: Status = Status.PENDING
+            metadata: dict = field(default_factory=dict)
+
+        @dataclass
+        class TrainOutput:
+            samples: list
+            metrics: dict | None = None
+
+        @dataclass
+        class EvalOutput:
+            data: dict
+            metrics: dict | None = None
+
+        types = SimpleNamespace(Sample=Sample, TrainOutput=TrainOutput, EvalOutput=EvalOutput)
+        monkeypatch.setattr(rollout, "slime_types", lambda: types)
+    return types

@@ -1,7 +1,6 @@
 """End to end over real HTTP on loopback: the SGLang-compatible server, the HTTP Sampler and a TEMPO update."""
 
 import json
-import threading
 import urllib.error
 import urllib.request
 
@@ -9,7 +8,6 @@ import pytest
 import torch
 
 from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.serve import make_server
 from tempo_plugin.backends.local.trainer import token_logprobs
 from tempo_plugin.backends.slime.http_sampler import HTTPSampler
 from tempo_plugin.config import TempoConfig
@@ -20,13 +18,8 @@ from tempo_plugin.rollout.updates import TempoRollout
 
 
 @pytest.fixture()
-def server_url(tiny_model, tokenizer):
-    server = make_server(LocalSampler(tiny_model, tokenizer), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def server_url(serve, tiny_model, tokenizer):
+    return serve(LocalSampler(tiny_model, tokenizer))
 
 
 def _post(url, payload):

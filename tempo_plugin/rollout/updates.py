@@ -13,6 +13,7 @@ A runtime supplies the Sampler and applies the returned training samples.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -126,7 +127,8 @@ class TempoRollout:
 
     # -- warm-up ----------------------------------------------------------------------------------
 
-    def warmup_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
+    def warmup_update(self, update: int, games: Sequence[int], max_states: int | None = None) -> UpdateBatch:
+        """``max_states`` caps the boundary states valued (a uniform subset, fixed by ``update``)."""
         cfg = self.cfg
         tic = time.perf_counter()
         branches = [
@@ -144,6 +146,11 @@ class TempoRollout:
             for k in range(cfg.macro_rounds, len(branch.rounds), cfg.macro_rounds):
                 boundaries.append(branch.state_after(k, k // cfg.macro_rounds, update))
                 targets.append(1.0 if branch.won else 0.0)
+        available = len(boundaries)
+        if max_states is not None and available > max_states:
+            keep = sorted(random.Random(update).sample(range(available), max_states))
+            boundaries = [boundaries[i] for i in keep]
+            targets = [targets[i] for i in keep]
         tic = time.perf_counter()
         calls = self.call_critic(boundaries, cfg.critic_samples, seed=update * 31 + 7)
         critic_seconds = time.perf_counter() - tic
@@ -161,10 +168,11 @@ class TempoRollout:
             "warmup/success_rate": mean([float(b.won) for b in branches]),
             "warmup/steps_mean": mean([float(len(b.rounds)) for b in branches]),
             "warmup/boundary_states": float(len(boundaries)),
+            "warmup/boundary_states_available": float(available),
             "target/mc_return_mean": mean(targets),
             "critic/abs_error_mean": mean(errors),
             **self._critic_metrics(calls, targets),
-            **_rollout_metrics(rounds),
+            **rollout_metrics(rounds),
             "train/critic_samples": float(len(samples)),
             "train/actor_samples": 0.0,
             "time/rollout": rollout_seconds,
@@ -258,7 +266,7 @@ class TempoRollout:
             **self._critic_metrics(start_calls, targets),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
-            **_rollout_metrics(rounds),
+            **rollout_metrics(rounds),
             "train/actor_samples": float(sum(s.role == ACTOR for s in samples)),
             "train/critic_samples": float(sum(s.role == CRITIC for s in samples)),
             "time/rollout": rollout_seconds,
@@ -269,17 +277,24 @@ class TempoRollout:
 
     # -- evaluation -----------------------------------------------------------------------------------
 
-    def success_rate(self, games: Sequence[int], seed: int) -> float:
-        """Fraction of complete episodes won, one episode per game."""
+    def play_episodes(self, games: Sequence[int], seed: int, episodes_per_game: int = 1) -> list[Branch]:
+        """Complete episodes from fresh games; the episodes of game i form group i."""
         branches = []
         for group, game in enumerate(games):
-            env = self.make_env()
-            branches.append(Branch.from_state(fresh_state(env, game, self.protocol), env, group))
+            start = fresh_state(self.make_env(), game, self.protocol)
+            for _ in range(episodes_per_game):
+                env = self.make_env()
+                restore_env(env, start, self.cfg.restore)
+                branches.append(Branch.from_state(start, env, group))
         run_branches(branches, self.sampler, self.protocol, self.params, self._limits(self.cfg.max_episode_steps), seed)
-        return mean([float(b.won) for b in branches])
+        return branches
+
+    def success_rate(self, games: Sequence[int], seed: int) -> float:
+        """Fraction of complete episodes won, one episode per game."""
+        return mean([float(b.won) for b in self.play_episodes(games, seed)])
 
 
-def _rollout_metrics(rounds: Sequence) -> dict[str, float]:
+def rollout_metrics(rounds: Sequence) -> dict[str, float]:
     return {
         "rollout/valid_action_rate": mean([float(r.parsed) for r in rounds]),
         "rollout/admissible_action_rate": mean([float(r.admissible) for r in rounds]),

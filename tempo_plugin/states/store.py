@@ -40,19 +40,25 @@ class StateStore:
         indices = self._rng.sample(range(len(self._states)), k)
         return [self._states[i] for i in indices]
 
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "states": list(self._states), "rng": self._rng.getstate()}
+
+    @classmethod
+    def from_state_dict(cls, payload: dict, capacity: int | None = None) -> "StateStore":
+        """The saved store; with a different ``capacity`` it keeps the newest states that fit."""
+        store = cls(capacity or payload["capacity"], seed=0)
+        store._states.extend(payload["states"])
+        store._rng.setstate(payload["rng"])
+        return store
+
     def save(self, path: str | Path) -> None:
         """Pickle the states and the sampling RNG (checkpoints are trusted files of this run)."""
-        payload = {"capacity": self.capacity, "states": list(self._states), "rng": self._rng.getstate()}
         tmp = Path(str(path) + ".tmp")
         with open(tmp, "wb") as f:
-            pickle.dump(payload, f)
+            pickle.dump(self.state_dict(), f)
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "StateStore":
         with open(path, "rb") as f:
-            payload = pickle.load(f)
-        store = cls(payload["capacity"], seed=0)
-        store._states.extend(payload["states"])
-        store._rng.setstate(payload["rng"])
-        return store
+            return cls.from_state_dict(pickle.load(f))

@@ -1,0 +1,105 @@
+"""slime data source ``--data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource``.
+
+TEMPO does not read prompts from a dataset: it plays games from seeds and resumes saved
+mid-episode states. What a data source is for in slime is what TEMPO needs kept: it lives in the
+RolloutManager process for the whole job (so the state store survives between rollouts), slime
+hands it to the rollout function, and slime calls ``save(rollout_id)`` next to every checkpoint and
+``load(start_rollout_id - 1)`` when a job starts, so a resumed job continues from its stored states.
+
+Saved per checkpoint: ``<--save>/tempo/state_<rollout_id>.pkl`` with the state store (and its
+sampling RNG) and the training-game cursor.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+from typing import Any
+
+from tempo_plugin.backends.slime.settings import check_global_batch_size, sample_counts, tempo_config_from_args
+from tempo_plugin.config import TempoConfig
+from tempo_plugin.rollout.games import train_game
+from tempo_plugin.states.store import StateStore
+
+logger = logging.getLogger(__name__)
+
+
+def state_path(directory: str, rollout_id: int) -> Path:
+    return Path(directory) / "tempo" / f"state_{rollout_id}.pkl"
+
+
+class TempoDataSource:
+    """TEMPO's per-job state on slime: config, state store, game cursor, and the rollout machinery."""
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+        self.cfg: TempoConfig = tempo_config_from_args(args)
+        counts = sample_counts(self.cfg, str(getattr(args, "rollout_function_path", "")))
+        check_global_batch_size(getattr(args, "global_batch_size", None), counts)
+        self.store = StateStore(self.cfg.state_store_capacity, seed=self.cfg.seed + 1)
+        self.game_cursor = 0
+        self._rollout: Any = None
+
+    # -- what the rollout functions use -------------------------------------------------------------
+
+    def next_game(self) -> int:
+        self.game_cursor += 1
+        return train_game(self.cfg.seed, self.game_cursor - 1)
+
+    def rollout(self) -> Any:
+        """The TempoRollout over the SGLang router (built on first use: the router is up by then)."""
+        if self._rollout is None:
+            from transformers import AutoTokenizer
+
+            from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+            from tempo_plugin.envs import make
+            from tempo_plugin.rollout.protocol import ChatProtocol
+            from tempo_plugin.rollout.updates import TempoRollout
+
+            tokenizer = AutoTokenizer.from_pretrained(self.args.hf_checkpoint, trust_remote_code=True)
+            url = f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}/generate"
+            cfg = self.cfg
+            self._rollout = TempoRollout(
+                cfg, HTTPSampler(url), ChatProtocol(tokenizer), lambda: make(cfg.env, max_steps=cfg.max_episode_steps)
+            )
+        return self._rollout
+
+    # -- slime's data-source interface --------------------------------------------------------------
+
+    def get_samples(self, num_samples: int) -> list:
+        raise RuntimeError(
+            "TempoDataSource serves TEMPO's rollout functions only: set --rollout-function-path "
+            "tempo_plugin.backends.slime.rollout.generate_rollout (or generate_grpo_rollout)"
+        )
+
+    def add_samples(self, samples: list) -> None:
+        raise RuntimeError("TempoDataSource keeps no sample buffer (partial rollouts are not supported)")
+
+    def save(self, rollout_id: int) -> None:
+        if self.args.save is None:
+            return
+        path = state_path(self.args.save, rollout_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump({"game_cursor": self.game_cursor, "store": self.store.state_dict()}, f)
+        tmp.replace(path)
+        logger.info(f"saved {len(self.store)} TEMPO states and game cursor {self.game_cursor} to {path}")
+
+    def load(self, rollout_id: int | None = None) -> None:
+        if self.args.load is None or rollout_id is None or rollout_id < 0:
+            return
+        path = state_path(self.args.load, rollout_id)
+        if not path.exists():
+            logger.warning(f"no TEMPO state at {path}: starting with an empty state store")
+            return
+        with open(path, "rb") as f:
+            payload = pickle.load(f)
+        self.store = StateStore.from_state_dict(payload["store"], capacity=self.cfg.state_store_capacity)
+        self.game_cursor = int(payload["game_cursor"])
+        logger.info(f"loaded {len(self.store)} TEMPO states and game cursor {self.game_cursor} from {path}")
+
+    def __len__(self) -> int:
+        return len(self.store)
+

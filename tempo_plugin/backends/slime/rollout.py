@@ -1,0 +1,118 @@
+"""slime rollout hooks (``--rollout-function-path``), synchronous, called once per rollout id.
+
+``generate_rollout``: TEMPO. Rollouts ``0 .. warmup_updates-1`` are the critic warm-up (complete
+episodes, Monte-Carlo targets at macro-step boundaries), the rest are TD updates (start states from
+the store topped up with fresh games, N branches x H rounds, critic at start states and endpoints).
+Both run through the shared engine (``rollout.updates.TempoRollout``) with an HTTP Sampler on the
+SGLang router's ``/generate``; the state store lives in ``TempoDataSource``.
+
+``generate_grpo_rollout``: the multi-turn GRPO baseline on the same environment: S games x N
+complete episodes, reward = episode return; slime's own GRPO normalisation groups them.
+
+With ``evaluation=True`` both play ``eval_games`` held-out games once each and return the success
+rate as slime's eval output, logged as ``eval/success_rate``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from tempo_plugin.algorithms.stats import mean
+from tempo_plugin.backends.slime.data_source import TempoDataSource
+from tempo_plugin.backends.slime.samples import from_episode, slime_groups
+from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
+from tempo_plugin.config import ConfigError
+from tempo_plugin.metrics import SUCCESS_RATE
+from tempo_plugin.rollout.games import eval_games
+from tempo_plugin.rollout.updates import rollout_metrics
+
+
+def slime_types() -> SimpleNamespace:
+    """slime's Sample and rollout output classes (imported here, never at module import)."""
+    from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+    from slime.utils.types import Sample
+
+    return SimpleNamespace(Sample=Sample, TrainOutput=RolloutFnTrainOutput, EvalOutput=RolloutFnEvalOutput)
+
+
+def _tempo_source(data_source: Any) -> TempoDataSource:
+    if not isinstance(data_source, TempoDataSource):
+        raise ConfigError(
+            f"TEMPO's rollout function needs --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource "
+            f"(got {type(data_source).__name__})"
+        )
+    return data_source
+
+
+def generate_rollout(args, rollout_id, data_source, evaluation=False):
+    source = _tempo_source(data_source)
+    types = slime_types()
+    if evaluation:
+        return evaluate(source, types)
+    cfg = source.cfg
+    rollout = source.rollout()
+    if rollout_id < cfg.warmup_updates:
+        games = [source.next_game() for _ in range(cfg.warmup_games_per_batch)]
+        batch = rollout.warmup_update(rollout_id, games, max_states=cfg.states_per_batch)
+        count = warmup_sample_count(cfg)
+    else:
+        batch = rollout.td_update(rollout_id, source.store.sample(cfg.states_per_batch), source.next_game)
+        source.store.add(batch.new_states)
+        count = td_sample_count(cfg)
+    tokenizer = rollout.protocol.tokenizer
+    groups = slime_groups(
+        batch.samples, count, types.Sample, tokenizer.decode, _pad_token_id(tokenizer), first_index=rollout_id * count
+    )
+    metrics = {
+        **batch.metrics,
+        "store/size": float(len(source.store)),
+        "train/removed_samples": float(count - len(batch.samples)),
+    }
+    return types.TrainOutput(samples=groups, metrics=metrics)
+
+
+def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
+    source = _tempo_source(data_source)
+    types = slime_types()
+    if evaluation:
+        return evaluate(source, types)
+    cfg = source.cfg
+    rollout = source.rollout()
+    games = [source.next_game() for _ in range(cfg.states_per_batch)]
+    branches = rollout.play_episodes(games, seed=rollout_id, episodes_per_game=cfg.branches)
+    decode = rollout.protocol.tokenizer.decode
+    first = rollout_id * episode_sample_count(cfg)
+    samples = [from_episode(b, b.segment_reward, types.Sample, first + i, decode) for i, b in enumerate(branches)]
+    groups = [samples[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games))]
+    metrics = {
+        "rollout/success_rate": mean([float(b.won) for b in branches]),
+        "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
+        **rollout_metrics([r for b in branches for r in b.rounds]),
+    }
+    return types.TrainOutput(samples=groups, metrics=metrics)
+
+
+def evaluate(source: TempoDataSource, types: SimpleNamespace) -> Any:
+    """One episode on each of the ``eval_games`` held-out games; reward 1 for a win."""
+    cfg = source.cfg
+    if cfg.eval_games < 1:
+        raise ConfigError("slime asked for an evaluation (--eval-interval) but eval_games is 0 in the TEMPO YAML")
+    rollout = source.rollout()
+    branches = rollout.play_episodes(eval_games(cfg.eval_games), seed=cfg.seed)
+    decode = rollout.protocol.tokenizer.decode
+    samples = [from_episode(b, float(b.won), types.Sample, i, decode) for i, b in enumerate(branches)]
+    name = SUCCESS_RATE.split("/", 1)[1]  # slime logs eval/<name>
+    data = {
+        name: {
+            "rewards": [s.reward for s in samples],
+            "truncated": [s.status == types.Sample.Status.TRUNCATED for s in samples],
+            "samples": samples,
+        }
+    }
+    return types.EvalOutput(data=data, metrics=None)
+
+
+def _pad_token_id(tokenizer: Any) -> int:
+    token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(token_id)

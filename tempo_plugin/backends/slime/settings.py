@@ -1,0 +1,113 @@
+"""TEMPO settings on slime: the ``--custom-config-path`` YAML merged with the slime flags that own a fact.
+
+Each fact has one place. TEMPO-only settings (H, K, T, the store, the environment, token caps) come
+from the YAML, with the same keys as the local CLI. Settings slime already has a flag for come from
+slime's args, and the YAML may not repeat them; a repeated key would also be copied onto slime's
+args by slime itself (it ``setattr``s every YAML key), silently overriding slime's own value.
+
+Sample layout per rollout (slime counts ``--global-batch-size`` in samples here, and drops the
+leftover of a rollout that it does not divide), with S = ``--rollout-batch-size``,
+N = ``--n-samples-per-prompt``, K = ``critic_samples``:
+
+    warm-up rollout   S boundary states x K critic samples          = S * K
+    TD rollout        S start states x (N branches + K critic)      = S * (N + K)
+    GRPO baseline     S games x N complete episodes                 = S * N
+
+Groups the update does not train (no learning signal, or a critic prompt too long) are filled with
+removed samples (``remove_sample=True``: loss mask 0), so every rollout has exactly this count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tempo_plugin.config import ConfigError, TempoConfig, flag, read_config_file
+
+SLIME_OWNED: dict[str, str] = {
+    "states_per_batch": "--rollout-batch-size",
+    "branches": "--n-samples-per-prompt",
+    "temperature": "--rollout-temperature",
+    "top_p": "--rollout-top-p",
+    "seed": "--seed",
+    "td_updates": "--num-rollout",
+    "learning_rate": "--lr",
+    "td_learning_rate": "--lr",
+    "weight_decay": "--weight-decay",
+    "grad_clip": "--clip-grad",
+    "eps_clip": "--eps-clip",
+    "eps_clip_high": "--eps-clip-high",
+    "train_tokens_per_micro_batch": "--max-tokens-per-gpu",
+    "model": "--hf-checkpoint",
+    "out": "--save",
+    "resume": "--load",
+    "save_every": "--save-interval",
+    "device": "the Ray placement (--actor-num-gpus-per-node)",
+    "freeze_embeddings": "Megatron's freezing options",
+    "bootstrap_steps": "nothing (the format bootstrap is for the built-in tiny model only)",
+    "cache_dir": "nothing (the format bootstrap is for the built-in tiny model only)",
+}
+"""TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
+
+
+def _from_slime_args(args: Any, warmup_updates: int) -> dict[str, Any]:
+    return {
+        "states_per_batch": int(args.rollout_batch_size),
+        "branches": int(args.n_samples_per_prompt),
+        "temperature": float(args.rollout_temperature),
+        "top_p": float(args.rollout_top_p),
+        "seed": int(args.seed),
+        "td_updates": max(0, int(args.num_rollout) - warmup_updates),
+    }
+
+
+def tempo_config_from_args(args: Any) -> TempoConfig:
+    """The TempoConfig of a slime run; raises ConfigError (one line naming the key or flag)."""
+    path = getattr(args, "custom_config_path", None)
+    source = path or "slime args"
+    values = read_config_file(path) if path else {}
+    for key in values:
+        name = str(key).replace("-", "_")
+        if name in SLIME_OWNED:
+            raise ConfigError(f"{path}: {key!r} is set by {SLIME_OWNED[name]} on slime; remove it from the YAML")
+    warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
+    if getattr(args, "num_rollout", None) is None:
+        raise ConfigError("TEMPO on slime needs --num-rollout (warm-up updates plus TD updates)")
+    merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0)}
+    try:
+        return TempoConfig.from_dict(merged, source=source)
+    except ConfigError as error:
+        message = str(error)
+        for name, slime_flag in SLIME_OWNED.items():
+            message = message.replace(flag(name), slime_flag)
+        raise ConfigError(message) from None
+
+
+def warmup_sample_count(cfg: TempoConfig) -> int:
+    return cfg.states_per_batch * cfg.critic_samples
+
+
+def td_sample_count(cfg: TempoConfig) -> int:
+    return cfg.states_per_batch * (cfg.branches + cfg.critic_samples)
+
+
+def episode_sample_count(cfg: TempoConfig) -> int:
+    return cfg.states_per_batch * cfg.branches
+
+
+def sample_counts(cfg: TempoConfig, rollout_function_path: str) -> dict[str, int]:
+    """Samples per rollout of each phase the configured rollout function runs."""
+    if rollout_function_path.endswith(".generate_grpo_rollout"):
+        return {"GRPO episode": episode_sample_count(cfg)}
+    return {"warm-up": warmup_sample_count(cfg), "TD": td_sample_count(cfg)}
+
+
+def check_global_batch_size(global_batch_size: int | None, counts: dict[str, int]) -> None:
+    """Every rollout's sample count must be a multiple of ``--global-batch-size`` (else slime drops the rest)."""
+    if global_batch_size is None:
+        return
+    for phase, count in counts.items():
+        if count % global_batch_size != 0:
+            raise ConfigError(
+                f"--global-batch-size {global_batch_size} does not divide the {count} samples of a {phase} rollout; "
+                f"slime would drop {count % global_batch_size} of them (see tempo_plugin/backends/slime/settings.py)"
+            )

@@ -1,0 +1,262 @@
+"""slime rollout hooks end to end over real HTTP on loopback: an SGLang-compatible /generate server,
+the HTTP Sampler, TempoDataSource and the rollout functions, producing slime Samples.
+
+Uses slime's own Sample when slime is importable (its source on PYTHONPATH), stand-ins otherwise.
+"""
+
+import random
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.backends.local.trainer import token_logprobs
+from tempo_plugin.backends.slime.data_source import TempoDataSource, state_path
+from tempo_plugin.backends.slime.reward import post_process
+from tempo_plugin.backends.slime.rollout import generate_grpo_rollout, generate_rollout
+from tempo_plugin.config import ConfigError
+from tempo_plugin.critic.prompt import CRITIC_SYSTEM_PROMPT
+from tempo_plugin.rollout.sampler import Completion
+
+VALUES = ("0", "0.25", "0.5", "0.75", "1")
+
+
+def scripted_logprob(position: int) -> float:
+    return -0.01 * (position + 1)
+
+
+class ScriptedPolicy:
+    """A deterministic stand-in for a trained model, served over HTTP: the critic writes a value
+    drawn from VALUES, the actor takes a random action from the last 'Actions:' list it was shown.
+    The log-prob of the i-th generated token is scripted_logprob(i), so the test can trace them."""
+
+    def __init__(self, tokenizer, protocol):
+        self.tokenizer = tokenizer
+        self.end = protocol.stop_token_ids[0]
+        self.rng = random.Random(0)
+
+    def generate(self, requests, params, seed):
+        out = []
+        for request in requests:
+            prompt = self.tokenizer.decode(list(request.prompt_ids))
+            if CRITIC_SYSTEM_PROMPT[:30] in prompt:
+                text = f"<value>{self.rng.choice(VALUES)}</value>"
+            else:
+                actions = re.findall(r"Actions: ([^<\n]*)", prompt)[-1].split(", ")
+                text = f"<action>{self.rng.choice(actions)}</action>"
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.end]
+            finish = "stop"
+            if len(ids) > request.max_new_tokens:
+                ids, finish = ids[: request.max_new_tokens], "length"
+            out.append(Completion(ids, [scripted_logprob(i) for i in range(len(ids))], self.tokenizer.decode(ids), finish))
+        return out
+
+
+def write_yaml(path, **values):
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def slime_args(tmp_path, tokenizer_dir, url, **overrides):
+    host, port = url.removeprefix("http://").split(":")
+    values = dict(
+        custom_config_path=write_yaml(
+            tmp_path / "tempo.yaml", macro_rounds=5, max_episode_steps=40, critic_samples=2, endpoint_samples=1,
+            warmup_updates=1, warmup_games_per_batch=1, max_assistant_tokens=16, critic_max_tokens=12, eval_games=3,
+        ),
+        rollout_batch_size=2, n_samples_per_prompt=2, rollout_temperature=1.0, rollout_top_p=1.0, seed=0,
+        num_rollout=3, global_batch_size=4, hf_checkpoint=tokenizer_dir, sglang_router_ip=host,
+        sglang_router_port=int(port), save=str(tmp_path / "ckpt"), load=str(tmp_path / "ckpt"),
+        rollout_function_path="tempo_plugin.backends.slime.rollout.generate_rollout",
+        n_samples_per_prompt_eval=1, reward_key=None,
+    )
+    values.update(overrides)
+    return SimpleNamespace(**values)
+
+
+def check_sample_arrays(sample):
+    """slime's invariants: tokens = prompt + response; mask and log-probs cover the response."""
+    assert sample.response_length >= 1 and len(sample.tokens) > sample.response_length
+    assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length
+    assert isinstance(sample.response, str) and sample.reward is not None
+    assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask) if not m)
+
+
+def flat(groups):
+    return [s for g in groups for s in g]
+
+
+def scripted_turns(sample):
+    """Split the response's trained positions into turns and check each turn's scripted log-probs."""
+    turns, current = [], []
+    for lp, m in zip(sample.rollout_log_probs, sample.loss_mask):
+        if m:
+            current.append(lp)
+        elif current:
+            turns.append(current)
+            current = []
+    if current:
+        turns.append(current)
+    for turn in turns:
+        assert turn == pytest.approx([scripted_logprob(i) for i in range(len(turn))])
+    return turns
+
+
+def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
+    url = serve(ScriptedPolicy(tokenizer, protocol))
+    args = slime_args(tmp_path, tokenizer_dir, url)
+    source = TempoDataSource(args)
+
+    # rollout 0: warm-up. S = 2 boundary states x K = 2 critic samples = 4 samples, all critic or padding
+    out = generate_rollout(args, 0, source)
+    samples = flat(out.samples)
+    assert len(samples) == 4 and out.metrics["warmup/boundary_states"] == 2.0
+    assert out.metrics["train/removed_samples"] == 4 - sum(not s.remove_sample for s in samples) < 4
+    for sample in samples:
+        check_sample_arrays(sample)
+        if sample.remove_sample:
+            assert sample.metadata["tempo_role"] == "padding" and sample.reward == 0.0
+            continue
+        assert sample.metadata["tempo_role"] == "critic" and sample.group_index % 2 == 1
+        assert all(sample.loss_mask) and re.search(r"<value>[0-9.]+</value>", sample.response)
+        assert len(scripted_turns(sample)) == 1
+        assert -1.0 <= sample.reward <= 0.0  # r_k = -|V_k - G| / R_max
+    assert source.game_cursor == 1
+
+    # rollout 1: TD. S = 2 start states x (N = 2 branches + K = 2 critic samples) = 8 samples
+    assert len(source.store) == 0
+    out = generate_rollout(args, 1, source)
+    samples = flat(out.samples)
+    assert len(samples) == 8 and out.metrics["td/fresh_states"] == 2.0
+    assert sorted({s.index for s in samples}) == list(range(8, 16))
+    actors = [s for s in samples if s.metadata["tempo_role"] == "actor"]
+    assert actors, "the scripted critic's values differ between branches, so some actor group has signal"
+    for sample in actors:
+        check_sample_arrays(sample)
+        assert sample.group_index % 2 == 0
+        turns = scripted_turns(sample)
+        # a macro-step of H = 5 rounds: 5 actor turns separated by observations (mask 0)
+        assert len(turns) == 5 and 0 in sample.loss_mask
+        # the prompt is the start state's saved prefix: the game's first prompt here
+        prompt = sample.tokens[: len(sample.tokens) - sample.response_length]
+        assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n")
+    assert len(source.store) == out.metrics["store/size"] == out.metrics["td/new_endpoints"] == 4.0
+
+    # the reward post-process centres each group: actor returns within 2g, critic rewards within 2g+1
+    raw, centred = post_process(args, samples)
+    assert raw == [s.reward for s in samples]
+    for group in {s.group_index for s in samples}:
+        members = [c for c, s in zip(centred, samples) if s.group_index == group]
+        assert sum(members) == pytest.approx(0.0, abs=1e-9)
+
+    # rollout 2: TD from stored states; the prompt is now a mid-episode prefix (5 rounds in)
+    out = generate_rollout(args, 2, source)
+    assert out.metrics["td/fresh_states"] == 0.0 and out.metrics["td/macro_index_mean"] == 1.0
+    for sample in flat(out.samples):
+        check_sample_arrays(sample)
+        if sample.metadata["tempo_role"] == "actor":
+            prompt = sample.tokens[: len(sample.tokens) - sample.response_length]
+            assert tokenizer.decode(prompt).count("<|im_start|>assistant") == 6
+
+
+def test_store_survives_a_slime_checkpoint_round_trip(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
+    url = serve(ScriptedPolicy(tokenizer, protocol))
+    args = slime_args(tmp_path, tokenizer_dir, url, num_rollout=4)
+    source = TempoDataSource(args)
+    generate_rollout(args, 0, source)
+    generate_rollout(args, 1, source)
+    source.save(1)
+    assert state_path(args.save, 1).exists()
+
+    resumed = TempoDataSource(args)
+    resumed.load(0)  # no state saved at rollout 0: starts empty, with a warning
+    assert len(resumed.store) == 0 and resumed.game_cursor == 0
+    resumed.load(1)
+    assert resumed.game_cursor == source.game_cursor == 3
+    assert [s.token_prefix for s in resumed.store] == [s.token_prefix for s in source.store]
+    # the sampling RNG came back too: both draw the same start states next
+    assert [s.action_history for s in resumed.store.sample(2)] == [s.action_history for s in source.store.sample(2)]
+
+
+def test_evaluation_returns_slimes_eval_format(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
+    url = serve(ScriptedPolicy(tokenizer, protocol))
+    args = slime_args(tmp_path, tokenizer_dir, url)
+    out = generate_rollout(args, 0, TempoDataSource(args), evaluation=True)
+    data = out.data["success_rate"]  # slime logs it as eval/success_rate
+    assert len(data["rewards"]) == len(data["truncated"]) == len(data["samples"]) == 3
+    assert set(data["rewards"]) <= {0.0, 1.0}
+    for sample, reward in zip(data["samples"], data["rewards"]):
+        check_sample_arrays(sample)
+        assert sample.reward == reward
+
+
+def test_grpo_baseline_episodes_carry_the_models_logprobs(tmp_path, tiny_model, tokenizer, tokenizer_dir, serve, slime_types):
+    url = serve(LocalSampler(tiny_model, tokenizer))
+    args = slime_args(
+        tmp_path, tokenizer_dir, url, rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
+    )
+    args.custom_config_path = write_yaml(tmp_path / "grpo.yaml", max_episode_steps=16, macro_rounds=8, max_assistant_tokens=4)
+    source = TempoDataSource(args)
+    out = generate_grpo_rollout(args, 0, source)
+    # S = 2 games x N = 2 episodes, grouped by game, in slime's positional order
+    assert [len(g) for g in out.samples] == [2, 2]
+    assert [[s.group_index for s in g] for g in out.samples] == [[0, 0], [1, 1]]
+    assert source.game_cursor == 2
+    for sample in flat(out.samples):
+        check_sample_arrays(sample)
+        assert sample.reward in (0.0, 1.0)
+        ids = torch.tensor([sample.tokens])
+        with torch.no_grad():
+            reference = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0)[0]
+        start = len(sample.tokens) - sample.response_length
+        mask = torch.tensor(sample.loss_mask).bool()
+        served = torch.tensor(sample.rollout_log_probs)
+        assert torch.allclose(reference[start:][mask], served[mask], atol=1e-4)
+
+
+def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
+    args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1")
+    args.custom_config_path = write_yaml(tmp_path / "bad.yaml", branches=4)
+    with pytest.raises(ConfigError, match="'branches' is set by --n-samples-per-prompt"):
+        TempoDataSource(args)
+    args.custom_config_path = write_yaml(tmp_path / "seed.yaml", seed=3)
+    with pytest.raises(ConfigError, match="--seed"):
+        TempoDataSource(args)
+    args.custom_config_path = write_yaml(tmp_path / "ok.yaml", critic_samples=2, warmup_updates=1)
+    args.n_samples_per_prompt = 1
+    with pytest.raises(ConfigError, match="--n-samples-per-prompt must be >= 2"):
+        TempoDataSource(args)
+    args.n_samples_per_prompt = 2
+    # S = 2, N = 2, K = 2: warm-up 4 samples, TD 8: 8 does not divide the warm-up rollout
+    args.global_batch_size = 8
+    with pytest.raises(ConfigError, match="--global-batch-size 8 does not divide the 4 samples of a warm-up rollout"):
+        TempoDataSource(args)
+    args.global_batch_size = 3
+    args.rollout_function_path = "tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
+    with pytest.raises(ConfigError, match="4 samples of a GRPO episode rollout"):
+        TempoDataSource(args)
+    args.global_batch_size = 4
+    args.num_rollout = None
+    with pytest.raises(ConfigError, match="--num-rollout"):
+        TempoDataSource(args)
+    args.num_rollout = 3
+    source = TempoDataSource(args)
+    # slime's flags fill the slime-owned settings; TD updates are the rollouts after the warm-up
+    assert (source.cfg.states_per_batch, source.cfg.branches, source.cfg.td_updates, source.cfg.warmup_updates) == (2, 2, 2, 1)
+
+
+def test_rollout_function_needs_the_tempo_data_source(slime_types):
+    with pytest.raises(ConfigError, match="--data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource"):
+        generate_rollout(SimpleNamespace(), 0, object())
+
+
+def test_hook_signatures_match_slimes_default():
+    import inspect
+
+    for fn in (generate_rollout, generate_grpo_rollout):
+        parameters = inspect.signature(fn).parameters
+        assert list(parameters) == ["args", "rollout_id", "data_source", "evaluation"]
+        assert parameters["evaluation"].default is False
