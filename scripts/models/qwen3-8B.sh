@@ -1,0 +1,22 @@
+# shellcheck shell=bash disable=SC2034
+# Megatron architecture flags for Qwen3-8B (values from the model's Hugging Face config.json).
+# Sourced by the recipes; it only defines MODEL_ARGS.
+MODEL_ARGS=(
+  --num-layers 36
+  --hidden-size 4096
+  --ffn-hidden-size 12288
+  --swiglu
+  --num-attention-heads 32
+  --group-query-attention
+  --num-query-groups 8
+  --kv-channels 128
+  --qk-layernorm
+  --normalization RMSNorm
+  --norm-epsilon 1e-6
+  --use-rotary-position-embeddings
+  --rotary-base 1000000
+  --disable-bias-linear
+  --vocab-size 151936
+  # Unlike the 4B model, the 8B model has a separate output layer.
+  --untie-embeddings-and-output-weights
+)

@@ -1,0 +1,274 @@
+# shellcheck shell=bash
+# Shared launcher for the slime recipes in scripts/<model>/<algorithm>.sh; sourced, never run.
+#
+# A recipe calls slime_init (arguments and environment checks), fills its argument arrays, then
+# calls slime_launch, which starts a Ray head on this machine and submits slime's train.py to it.
+#
+# Usage:  bash scripts/<model>/<recipe>.sh [--dry-run] [extra slime flags...]
+#   --dry-run (or DRY_RUN=1)  print the ray commands, one per line and shell-quoted, and stop;
+#                             nothing is killed, started or created.
+#   extra flags               appended after the recipe's own train.py arguments, so they win
+#                             (e.g. --num-rollout 10).
+#
+# Required environment:
+#   HF_CKPT       Hugging Face model directory (--hf-checkpoint); must exist
+#   REF_CKPT      Megatron torch_dist checkpoint of the same model (--ref-load); must exist
+#   SAVE_DIR      checkpoint directory (--save and --load); created on launch if missing
+# Optional environment (default):
+#   SLIME_DIR     slime checkout holding train.py (/root/slime, slime's docker image layout)
+#   MEGATRON_DIR  Megatron-LM checkout, put on the job's PYTHONPATH (/root/Megatron-LM)
+#   NUM_GPUS      GPUs per node (8)
+#   NUM_NODES     nodes for training and rollout (1)
+#   MASTER_ADDR   address of the Ray head, i.e. this machine (127.0.0.1)
+#   TEMPO_CONFIG  TEMPO settings YAML (tempo.yaml next to the recipe)
+#   WANDB_KEY     when set, log to Weights & Biases project "tempo", group = recipe name
+#
+# Multi-node (NUM_NODES > 1): run the recipe on the head node with MASTER_ADDR set to the head's
+# reachable address. Every other node joins the Ray cluster with
+#     ray start --address=$MASTER_ADDR:6379 --num-gpus $NUM_GPUS
+# (the recipe prints this line too). The submitted job waits until all NUM_NODES x NUM_GPUS GPUs
+# have registered before it places the actor, so the workers may join after the submit.
+
+TEMPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+slime_usage() {
+  # The header comment of this file, without the leading '# '.
+  sed -n '2,/^$/{/^#/s/^# \{0,1\}//p}' "$TEMPO_ROOT/scripts/slime_common.sh"
+}
+
+# Absolute form of a path that may not exist yet.
+slime_abspath() {
+  case "$1" in
+    /*) printf '%s\n' "$1" ;;
+    *) printf '%s\n' "$PWD/$1" ;;
+  esac
+}
+
+# slime_init RECIPE_DIR [ARGS...]
+# Parses the command line into DRY_RUN and EXTRA_ARGS, applies the defaults, and checks the
+# environment; every problem gets one line on stderr, then the script exits with status 2.
+slime_init() {
+  local recipe_dir=$1
+  shift
+
+  DRY_RUN=${DRY_RUN:-0}
+  EXTRA_ARGS=()
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      --dry-run) DRY_RUN=1 ;;
+      -h | --help) slime_usage; exit 0 ;;
+      *) EXTRA_ARGS+=("$arg") ;;
+    esac
+  done
+  case "$DRY_RUN" in 1 | true | yes) DRY_RUN=1 ;; *) DRY_RUN=0 ;; esac
+
+  SLIME_DIR=${SLIME_DIR:-/root/slime}
+  MEGATRON_DIR=${MEGATRON_DIR:-/root/Megatron-LM}
+  NUM_GPUS=${NUM_GPUS:-8}
+  NUM_NODES=${NUM_NODES:-1}
+  MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+  TEMPO_CONFIG=${TEMPO_CONFIG:-$recipe_dir/tempo.yaml}
+
+  local errors=()
+  local hf_what="the Hugging Face model directory (config.json, tokenizer, weights)"
+  local ref_what="the Megatron torch_dist checkpoint directory of that model"
+  local name what
+  for name in HF_CKPT REF_CKPT; do
+    if [ "$name" = HF_CKPT ]; then what=$hf_what; else what=$ref_what; fi
+    if [ -z "${!name:-}" ]; then
+      errors+=("$name is not set: point it at $what")
+    elif [ ! -d "${!name}" ]; then
+      errors+=("$name=${!name} is missing (no such directory): point it at $what")
+    fi
+  done
+  if [ -z "${SAVE_DIR:-}" ]; then
+    errors+=("SAVE_DIR is not set: point it at the checkpoint directory (created if missing)")
+  fi
+  if [ ! -f "$SLIME_DIR/train.py" ]; then
+    errors+=("SLIME_DIR=$SLIME_DIR has no train.py: point it at the slime checkout")
+  fi
+  if [ ! -f "$TEMPO_CONFIG" ]; then
+    errors+=("TEMPO_CONFIG=$TEMPO_CONFIG is missing: point it at the TEMPO settings YAML")
+  fi
+  for name in NUM_GPUS NUM_NODES; do
+    if ! [[ "${!name}" =~ ^[1-9][0-9]*$ ]]; then
+      errors+=("$name=${!name} is not a positive integer (GPUs per node / number of nodes)")
+    fi
+  done
+  if [ "$DRY_RUN" = 0 ] && ! command -v ray >/dev/null 2>&1; then
+    errors+=("ray is not on PATH: run inside slime's environment, or use --dry-run")
+  fi
+  if [ "${#errors[@]}" -gt 0 ]; then
+    local e
+    for e in "${errors[@]}"; do
+      printf 'error: %s\n' "$e" >&2
+    done
+    exit 2
+  fi
+
+  # The job runs elsewhere (a Ray driver), so hand it absolute paths only.
+  HF_CKPT="$(cd "$HF_CKPT" && pwd)"
+  REF_CKPT="$(cd "$REF_CKPT" && pwd)"
+  SAVE_DIR="$(slime_abspath "$SAVE_DIR")"
+  SLIME_DIR="$(cd "$SLIME_DIR" && pwd)"
+  MEGATRON_DIR="$(slime_abspath "$MEGATRON_DIR")"
+  TEMPO_CONFIG="$(cd "$(dirname "$TEMPO_CONFIG")" && pwd)/$(basename "$TEMPO_CONFIG")"
+}
+
+# slime_shared_args: fills the argument arrays every recipe shares (cluster, checkpoints, eval,
+# policy loss, optimizer, numerics). Call it after slime_init; a recipe adds MODEL_ARGS,
+# PERF_ARGS and SGLANG_ARGS (per model), PLUGIN_ARGS and ROLLOUT_ARGS (per algorithm).
+# shellcheck disable=SC2034  # the arrays are read by slime_launch
+slime_shared_args() {
+  CLUSTER_ARGS=(
+    --actor-num-nodes "$NUM_NODES"
+    --actor-num-gpus-per-node "$NUM_GPUS"
+    --colocate   # rollout engines use the training GPUs; each side offloads while the other runs
+  )
+
+  CKPT_ARGS=(
+    --hf-checkpoint "$HF_CKPT"   # tokenizer, and the weights SGLang starts from
+    --ref-load "$REF_CKPT"       # frozen reference policy; also the start point while SAVE_DIR is empty
+    --load "$SAVE_DIR"           # resume from the latest checkpoint here, if any
+    --save "$SAVE_DIR"
+    --save-interval 20
+  )
+
+  EVAL_ARGS=(
+    --eval-interval 20
+    # slime requires a named eval dataset whenever --eval-interval is set. The tempo_plugin rollout
+    # functions never read this path: they play eval_games held-out games (tempo.yaml) instead.
+    --eval-prompt-data tempo held-out
+  )
+
+  GRPO_ARGS=(
+    --advantage-estimator grpo
+    --use-kl-loss                  # computes the KL to --ref-load for logging; its weight is 0
+    --kl-loss-coef 0.00
+    --kl-loss-type low_var_kl
+    --entropy-coef 0.00
+    --eps-clip 0.2
+    --eps-clip-high 0.28           # asymmetric clipping: more room for raising a token's probability
+  )
+
+  OPTIMIZER_ARGS=(
+    --optimizer adam
+    --lr 1e-6
+    --lr-decay-style constant
+    --weight-decay 0.1
+    --adam-beta1 0.9
+    --adam-beta2 0.98
+  )
+
+  MISC_ARGS=(
+    --attention-dropout 0.0   # Megatron's default dropout is 0.1; Qwen3 is trained without it
+    --hidden-dropout 0.0
+    --accumulate-allreduce-grads-in-fp32
+    --attention-softmax-in-fp32
+    --attention-backend flash
+  )
+}
+
+# slime_wandb_args GROUP: fills WANDB_ARGS, empty unless WANDB_KEY is set.
+# shellcheck disable=SC2034  # WANDB_ARGS is read by slime_launch
+slime_wandb_args() {
+  WANDB_ARGS=()
+  if [ -n "${WANDB_KEY:-}" ]; then
+    WANDB_ARGS=(--use-wandb --wandb-project tempo --wandb-group "$1" --wandb-key "$WANDB_KEY")
+  fi
+}
+
+# 1 when nvidia-smi's topology matrix shows NVLink connections (NV1, NV12, ...), else 0.
+slime_nvlink_flag() {
+  local topo
+  if command -v nvidia-smi >/dev/null 2>&1 && topo="$(nvidia-smi topo -m 2>/dev/null)" \
+    && grep -Eq 'NV[0-9]+' <<<"$topo"; then
+    echo 1
+  else
+    echo 0
+  fi
+}
+
+slime_json_string() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "$s"
+}
+
+# The runtime environment of the Ray job, as one line of JSON: Megatron and this repository
+# (for the tempo_plugin hooks) on PYTHONPATH.
+slime_runtime_env_json() {
+  local pythonpath nvls
+  pythonpath="$(slime_json_string "$MEGATRON_DIR:$TEMPO_ROOT")"
+  nvls="$(slime_nvlink_flag)"
+  printf '{"env_vars":{"PYTHONPATH":%s,"CUDA_DEVICE_MAX_CONNECTIONS":"1",' "$pythonpath"
+  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1"}}' "$nvls"
+}
+
+# Prints a command on one line, each word quoted with printf %q. The W&B key is shown as
+# "$WANDB_KEY" so that it neither leaks into logs nor breaks copy-and-paste.
+slime_print_cmd() {
+  local out="" prev="" arg
+  for arg in "$@"; do
+    if [ "$prev" = "--wandb-key" ]; then
+      # shellcheck disable=SC2016  # the literal text $WANDB_KEY is intended
+      out+=' "$WANDB_KEY"'
+    else
+      out+=" $(printf '%q' "$arg")"
+    fi
+    prev=$arg
+  done
+  printf '%s\n' "${out# }"
+}
+
+# slime_launch RECIPE_NAME
+# Joins the recipe's arrays (those left undefined count as empty) and EXTRA_ARGS into the
+# train.py command, then prints it (dry run) or starts Ray and submits it.
+slime_launch() {
+  local recipe_name=$1
+  local train_args=() group
+  for group in CLUSTER_ARGS MODEL_ARGS CKPT_ARGS PLUGIN_ARGS ROLLOUT_ARGS EVAL_ARGS GRPO_ARGS \
+    OPTIMIZER_ARGS WANDB_ARGS PERF_ARGS SGLANG_ARGS MISC_ARGS EXTRA_ARGS; do
+    local -n group_ref=$group
+    train_args+=(${group_ref[@]+"${group_ref[@]}"})
+    unset -n group_ref
+  done
+
+  local ray_start=(ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus "$NUM_GPUS"
+    --disable-usage-stats --dashboard-host=0.0.0.0 --dashboard-port=8265)
+  local ray_worker=(ray start "--address=$MASTER_ADDR:6379" --num-gpus "$NUM_GPUS")
+  local ray_submit=(ray job submit --address=http://127.0.0.1:8265
+    "--runtime-env-json=$(slime_runtime_env_json)"
+    -- python3 "$SLIME_DIR/train.py" "${train_args[@]}")
+
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "# $recipe_name: on the head node ($MASTER_ADDR):"
+    slime_print_cmd "${ray_start[@]}"
+    if [ "$NUM_NODES" -gt 1 ]; then
+      echo "# then on each of the other $((NUM_NODES - 1)) node(s):"
+      slime_print_cmd "${ray_worker[@]}"
+    fi
+    echo "# then submit the job from the head node:"
+    slime_print_cmd "${ray_submit[@]}"
+    return 0
+  fi
+
+  # Clear what a previous run may have left: the Ray cluster (which takes the old job with it)
+  # and SGLang server processes, which can outlive their Ray actors.
+  ray stop --force >/dev/null 2>&1 || true
+  pkill -9 sglang || true
+  sleep 3
+
+  mkdir -p "$SAVE_DIR"
+  export PYTHONUNBUFFERED=1
+  echo "+ $(slime_print_cmd "${ray_start[@]}")"
+  "${ray_start[@]}"
+  if [ "$NUM_NODES" -gt 1 ]; then
+    echo "Now join the other $((NUM_NODES - 1)) node(s) with:  $(slime_print_cmd "${ray_worker[@]}")"
+    echo "(the job below waits until all $((NUM_NODES * NUM_GPUS)) GPUs are registered)"
+  fi
+  echo "+ $(slime_print_cmd "${ray_submit[@]}")"
+  exec "${ray_submit[@]}"
+}

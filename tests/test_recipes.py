@@ -1,0 +1,397 @@
+"""The slime launch recipes in scripts/qwen3-*/ (bash), run without Ray, slime or GPUs.
+
+Every run puts a folder of stub commands (ray, pkill, sleep, nvidia-smi) first on PATH; each stub
+logs its command line, so a test can tell exactly what a recipe would have started or killed.
+The ``--dry-run`` output is parsed back with shlex, as a user would paste it into a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+
+RECIPES = {
+    "qwen3-4B/tempo.sh": {"model": "4B", "algorithm": "tempo"},
+    "qwen3-4B/grpo.sh": {"model": "4B", "algorithm": "grpo"},
+    "qwen3-8B/tempo.sh": {"model": "8B", "algorithm": "tempo"},
+    "qwen3-8B/grpo.sh": {"model": "8B", "algorithm": "grpo"},
+}
+ROLLOUT_FUNCTION = {
+    "tempo": "tempo_plugin.backends.slime.rollout.generate_rollout",
+    "grpo": "tempo_plugin.backends.slime.rollout.generate_grpo_rollout",
+}
+HIDDEN_SIZE = {"4B": "2560", "8B": "4096"}
+
+# Everything the recipes read from the environment: cleared so the caller's shell cannot leak in.
+RECIPE_ENV = [
+    "HF_CKPT", "REF_CKPT", "SAVE_DIR", "SLIME_DIR", "MEGATRON_DIR", "NUM_GPUS", "NUM_NODES",
+    "MASTER_ADDR", "TEMPO_CONFIG", "WANDB_KEY", "DRY_RUN",
+]
+
+STUB = """#!/usr/bin/env bash
+{{ printf '%q ' "$(basename "$0")" "$@"; echo; }} >> "$STUB_LOG"
+{body}
+"""
+TOPO_NVLINK = "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n"
+TOPO_PCIE = "\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n"
+
+recipe_params = pytest.mark.parametrize("recipe", sorted(RECIPES))
+
+
+@pytest.fixture()
+def stubs(tmp_path):
+    """A bin folder of logging stand-ins; nvidia-smi prints the topology in $STUB_TOPO."""
+    bin_dir = tmp_path / "stub-bin"
+    bin_dir.mkdir()
+    bodies = {
+        "ray": "exit 0",
+        "pkill": "exit 1",  # as when nothing matched
+        "sleep": "exit 0",
+        "nvidia-smi": 'printf "%b" "${STUB_TOPO:-}"',
+    }
+    for name, body in bodies.items():
+        path = bin_dir / name
+        path.write_text(STUB.format(body=body))
+        path.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    """Existing HF and torch_dist directories, a fake slime checkout, and a SAVE_DIR not yet made."""
+    hf = tmp_path / "hf model"  # a space on purpose: quoting must survive the round trip
+    ref = tmp_path / "ref"
+    slime = tmp_path / "slime"
+    for d in (hf, ref, slime):
+        d.mkdir()
+    (slime / "train.py").write_text("")
+    return {
+        "HF_CKPT": str(hf),
+        "REF_CKPT": str(ref),
+        "SAVE_DIR": str(tmp_path / "save"),
+        "SLIME_DIR": str(slime),
+    }
+
+
+def run(recipe, stubs, *args, cwd=None, **env_vars):
+    env = {k: v for k, v in os.environ.items() if k not in RECIPE_ENV}
+    env["PATH"] = f"{stubs}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"
+    env["STUB_LOG"] = str(stubs / "calls.log")
+    env.update(env_vars)
+    return subprocess.run(
+        ["bash", str(SCRIPTS / recipe), *args],
+        env=env, cwd=cwd or stubs, capture_output=True, text=True, timeout=10,
+    )
+
+
+def stub_calls(stubs):
+    log = stubs / "calls.log"
+    if not log.exists():
+        return []
+    return [shlex.split(line) for line in log.read_text().splitlines()]
+
+
+def printed_command(stdout, prefix):
+    """The one printed line starting with PREFIX, split as a shell would."""
+    lines = [line for line in stdout.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, stdout
+    return shlex.split(lines[0])
+
+
+def train_args(stdout, slime_dir):
+    """The arguments after `-- python3 <slime>/train.py` on the printed `ray job submit` line."""
+    words = printed_command(stdout, "ray job submit")
+    assert words[:3] == ["ray", "job", "submit"]
+    assert "--address=http://127.0.0.1:8265" in words
+    dash = words.index("--")
+    assert words[dash + 1:dash + 3] == ["python3", f"{slime_dir}/train.py"]
+    return words[dash + 3:]
+
+
+def runtime_env(stdout):
+    words = printed_command(stdout, "ray job submit")
+    [flag] = [w for w in words if w.startswith("--runtime-env-json=")]
+    return json.loads(flag.split("=", 1)[1])["env_vars"]
+
+
+def values(args, flag):
+    """Every value given to FLAG, in order."""
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+def value(args, flag):
+    found = values(args, flag)
+    assert len(found) == 1, f"{flag}: {found}"
+    return found[0]
+
+
+# ---------------------------------------------------------------- environment checks
+
+
+@recipe_params
+def test_nothing_set_names_the_required_variables_and_runs_nothing(recipe, stubs):
+    result = run(recipe, stubs)  # no --dry-run: the checks must come before anything is killed or started
+    assert result.returncode == 2
+    for name in ("HF_CKPT", "REF_CKPT", "SAVE_DIR"):
+        assert name in result.stderr
+    assert all(line.startswith("error: ") for line in result.stderr.splitlines())
+    assert stub_calls(stubs) == []
+
+
+@recipe_params
+def test_missing_ref_ckpt_is_named(recipe, stubs, setup):
+    result = run(recipe, stubs, HF_CKPT=setup["HF_CKPT"], SAVE_DIR=setup["SAVE_DIR"], SLIME_DIR=setup["SLIME_DIR"])
+    assert result.returncode == 2
+    assert "REF_CKPT" in result.stderr
+    assert "HF_CKPT" not in result.stderr
+    assert stub_calls(stubs) == []
+
+
+@recipe_params
+def test_nonexistent_hf_ckpt_is_reported_missing(recipe, stubs, setup, tmp_path):
+    result = run(recipe, stubs, **{**setup, "HF_CKPT": str(tmp_path / "nowhere")})
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "HF_CKPT" in line and "nowhere" in line and "missing" in line
+    assert stub_calls(stubs) == []
+
+
+def test_slime_dir_without_train_py_is_reported(stubs, setup, tmp_path):
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", **{**setup, "SLIME_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "SLIME_DIR" in result.stderr and "train.py" in result.stderr
+
+
+def test_bad_gpu_count_is_reported(stubs, setup):
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", NUM_GPUS="eight", **setup)
+    assert result.returncode == 2
+    assert "NUM_GPUS" in result.stderr
+
+
+# ---------------------------------------------------------------- dry run
+
+
+@recipe_params
+def test_dry_run_prints_the_commands_and_touches_nothing(recipe, stubs, setup):
+    result = run(recipe, stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    assert printed_command(result.stdout, "ray start") == [
+        "ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", "8",
+        "--disable-usage-stats", "--dashboard-host=0.0.0.0", "--dashboard-port=8265",
+    ]
+    assert not Path(setup["SAVE_DIR"]).exists()
+    assert [call[0] for call in stub_calls(stubs) if call[0] != "nvidia-smi"] == []
+
+
+@recipe_params
+def test_dry_run_train_arguments(recipe, stubs, setup):
+    model, algorithm = RECIPES[recipe]["model"], RECIPES[recipe]["algorithm"]
+    result = run(recipe, stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+
+    assert value(args, "--hf-checkpoint") == setup["HF_CKPT"]
+    assert value(args, "--ref-load") == setup["REF_CKPT"]
+    assert value(args, "--save") == setup["SAVE_DIR"]
+    assert value(args, "--load") == setup["SAVE_DIR"]
+
+    assert value(args, "--rollout-function-path") == ROLLOUT_FUNCTION[algorithm]
+    assert value(args, "--data-source-path") == "tempo_plugin.backends.slime.data_source.TempoDataSource"
+    config = Path(value(args, "--custom-config-path"))
+    assert config.is_absolute() and config.is_file()
+    assert config == SCRIPTS / recipe.split("/")[0] / "tempo.yaml"
+    if algorithm == "tempo":
+        assert value(args, "--custom-reward-post-process-path") == "tempo_plugin.backends.slime.reward.post_process"
+    else:
+        assert "--custom-reward-post-process-path" not in args
+
+    assert value(args, "--global-batch-size") == "256"
+    assert value(args, "--rollout-batch-size") == "32"
+    assert value(args, "--n-samples-per-prompt") == "8"
+    assert value(args, "--num-rollout") == "300"
+    assert value(args, "--advantage-estimator") == "grpo"
+    assert values(args, "--eval-prompt-data") == ["tempo"] and "held-out" in args
+    assert value(args, "--actor-num-nodes") == "1"
+    assert value(args, "--actor-num-gpus-per-node") == "8"
+    assert "--colocate" in args
+    assert value(args, "--tensor-model-parallel-size") == "2"
+    assert value(args, "--rollout-num-gpus-per-engine") == "2"
+
+    # the model architecture comes from scripts/models/<model>.sh
+    assert value(args, "--num-layers") == "36"
+    assert value(args, "--hidden-size") == HIDDEN_SIZE[model]
+    assert ("--untie-embeddings-and-output-weights" in args) == (model == "8B")
+
+    # the flags TEMPO must not get (see the recipe comments), and no W&B without a key
+    for absent in ("--disable-rollout-global-dataset", "--log-passrate", "--num-steps-per-rollout", "--use-wandb"):
+        assert absent not in args
+
+
+@recipe_params
+def test_runtime_env_puts_the_repository_on_pythonpath(recipe, stubs, setup):
+    result = run(recipe, stubs, "--dry-run", MEGATRON_DIR="/opt/megatron", **setup)
+    env = runtime_env(result.stdout)
+    assert env["PYTHONPATH"].split(":") == ["/opt/megatron", str(REPO)]
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert env["NCCL_NVLS_ENABLE"] == "0"  # the stub's topology is empty
+
+
+@pytest.mark.parametrize("topology, expected", [(TOPO_NVLINK, "1"), (TOPO_PCIE, "0")])
+def test_nvlink_detection(stubs, setup, topology, expected):
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", STUB_TOPO=topology, **setup)
+    assert runtime_env(result.stdout)["NCCL_NVLS_ENABLE"] == expected
+
+
+@recipe_params
+def test_extra_arguments_come_last_and_win(recipe, stubs, setup):
+    result = run(recipe, stubs, "--num-rollout", "7", "--dry-run", "--seed", "3", **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert values(args, "--num-rollout") == ["300", "7"]
+    assert args[-4:] == ["--num-rollout", "7", "--seed", "3"]
+    assert "--dry-run" not in args
+
+
+def test_dry_run_from_the_environment(stubs, setup):
+    result = run("qwen3-4B/grpo.sh", stubs, DRY_RUN="1", **setup)
+    assert result.returncode == 0, result.stderr
+    assert "ray job submit" in result.stdout
+    assert not Path(setup["SAVE_DIR"]).exists()
+    assert [call[0] for call in stub_calls(stubs) if call[0] != "nvidia-smi"] == []
+
+
+@recipe_params
+def test_multi_node(recipe, stubs, setup):
+    result = run(recipe, stubs, "--dry-run", NUM_NODES="2", NUM_GPUS="4", MASTER_ADDR="10.0.0.1", **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert value(args, "--actor-num-nodes") == "2"
+    assert value(args, "--actor-num-gpus-per-node") == "4"
+    head = printed_command(result.stdout, "ray start --head")
+    assert head[head.index("--node-ip-address") + 1] == "10.0.0.1"
+    assert head[head.index("--num-gpus") + 1] == "4"
+    assert printed_command(result.stdout, "ray start --address") == [
+        "ray", "start", "--address=10.0.0.1:6379", "--num-gpus", "4",
+    ]
+
+
+def test_single_node_prints_no_worker_command(stubs, setup):
+    result = run("qwen3-8B/tempo.sh", stubs, "--dry-run", **setup)
+    assert "--address=" not in result.stdout.replace("--address=http://127.0.0.1:8265", "")
+
+
+def test_wandb_only_with_a_key_which_is_not_printed(stubs, setup):
+    result = run("qwen3-8B/grpo.sh", stubs, "--dry-run", WANDB_KEY="s3cret", **setup)
+    assert result.returncode == 0, result.stderr
+    assert "s3cret" not in result.stdout
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert "--use-wandb" in args
+    assert value(args, "--wandb-project") == "tempo"
+    assert value(args, "--wandb-group") == "qwen3-8B-grpo"
+    assert value(args, "--wandb-key") == "$WANDB_KEY"  # pasted into a shell, it expands to the key
+
+
+def test_relative_paths_become_absolute(stubs, setup, tmp_path):
+    relative = {k: os.path.relpath(v, tmp_path) for k, v in setup.items()}
+    config = SCRIPTS / "qwen3-8B" / "tempo.yaml"
+    relative["TEMPO_CONFIG"] = os.path.relpath(config, tmp_path)
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", cwd=tmp_path, **relative)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert value(args, "--hf-checkpoint") == setup["HF_CKPT"]
+    assert value(args, "--ref-load") == setup["REF_CKPT"]
+    assert value(args, "--save") == setup["SAVE_DIR"]
+    assert Path(value(args, "--custom-config-path")) == config
+
+
+# ---------------------------------------------------------------- launch (with stub ray)
+
+
+def test_launch_clears_leftovers_starts_ray_and_submits(stubs, setup):
+    result = run("qwen3-4B/tempo.sh", stubs, "--num-rollout", "5", NUM_NODES="2", **setup)
+    assert result.returncode == 0, result.stderr
+    assert Path(setup["SAVE_DIR"]).is_dir()
+    calls = [call for call in stub_calls(stubs) if call[0] != "nvidia-smi"]
+    assert calls[:3] == [["ray", "stop", "--force"], ["pkill", "-9", "sglang"], ["sleep", "3"]]
+    assert calls[3][:3] == ["ray", "start", "--head"]
+    assert calls[4][:3] == ["ray", "job", "submit"]
+    assert len(calls) == 5
+    submitted = calls[4][calls[4].index("--") + 3:]
+    assert values(submitted, "--num-rollout") == ["300", "5"]
+    assert value(submitted, "--actor-num-nodes") == "2"
+    assert "ray start --address=127.0.0.1:6379 --num-gpus 8" in result.stdout
+
+
+# ---------------------------------------------------------------- tempo.yaml
+
+
+TEMPO_KEYS = {
+    "env", "macro_rounds", "max_episode_steps", "critic_samples", "endpoint_samples", "warmup_updates",
+    "warmup_games_per_batch", "state_store_capacity", "max_trajectory_tokens", "max_assistant_tokens",
+    "critic_max_tokens", "r_max", "eval_games",
+}
+
+
+@pytest.mark.parametrize("model", ["qwen3-4B", "qwen3-8B"])
+def test_tempo_yaml_holds_only_tempo_settings_and_fits_the_batch_sizes(model, stubs, setup):
+    import yaml
+
+    settings = yaml.safe_load((SCRIPTS / model / "tempo.yaml").read_text())
+    assert set(settings) == TEMPO_KEYS
+    assert settings["env"] == "vault" and settings["critic_samples"] == 8
+
+    k = settings["critic_samples"]
+    for algorithm in ("tempo", "grpo"):
+        result = run(f"{model}/{algorithm}.sh", stubs, "--dry-run", **setup)
+        args = train_args(result.stdout, setup["SLIME_DIR"])
+        s, n = int(value(args, "--rollout-batch-size")), int(value(args, "--n-samples-per-prompt"))
+        gbs = int(value(args, "--global-batch-size"))
+        counts = [s * k, s * (n + k)] if algorithm == "tempo" else [s * n]
+        assert all(count % gbs == 0 for count in counts), (algorithm, counts, gbs)
+        # a packed micro-batch must hold the longest trajectory
+        assert int(value(args, "--max-tokens-per-gpu")) >= settings["max_trajectory_tokens"]
+
+
+@pytest.mark.parametrize("model", ["qwen3-4B", "qwen3-8B"])
+def test_tempo_yaml_is_accepted_by_the_slime_settings(model, stubs, setup):
+    """The YAML and the recipe flags together, as tempo_plugin reads them inside slime."""
+    from types import SimpleNamespace
+
+    from tempo_plugin.backends.slime import settings
+
+    result = run(f"{model}/tempo.sh", stubs, "--dry-run", **setup)
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    namespace = SimpleNamespace(
+        custom_config_path=value(args, "--custom-config-path"),
+        rollout_batch_size=int(value(args, "--rollout-batch-size")),
+        n_samples_per_prompt=int(value(args, "--n-samples-per-prompt")),
+        rollout_temperature=float(value(args, "--rollout-temperature")),
+        rollout_top_p=1.0,  # slime's defaults
+        seed=1234,
+        num_rollout=int(value(args, "--num-rollout")),
+    )
+    cfg = settings.tempo_config_from_args(namespace)
+    for function in ROLLOUT_FUNCTION.values():
+        settings.check_global_batch_size(int(value(args, "--global-batch-size")), settings.sample_counts(cfg, function))
+
+
+# ---------------------------------------------------------------- the scripts themselves
+
+
+ALL_SCRIPTS = sorted(
+    [SCRIPTS / "slime_common.sh", *(SCRIPTS / "models").glob("qwen3-*.sh"), *SCRIPTS.glob("qwen3-*/parallel.sh"),
+     *(SCRIPTS / r for r in RECIPES)]
+)
+
+
+@pytest.mark.parametrize("script", ALL_SCRIPTS, ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_bash_syntax(script):
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=10)
