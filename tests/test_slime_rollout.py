@@ -260,3 +260,18 @@ def test_hook_signatures_match_slimes_default():
         parameters = inspect.signature(fn).parameters
         assert list(parameters) == ["args", "rollout_id", "data_source", "evaluation"]
         assert parameters["evaluation"].default is False
+
+
+def test_hook_modules_import_nothing_heavy():
+    """slime's workers import the hooks by dotted path: importing them must not pull in slime, torch or numpy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import tempo_plugin.backends.slime.rollout, tempo_plugin.backends.slime.reward\n"
+        "import tempo_plugin.backends.slime.data_source\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'slime', 'torch', 'numpy', 'transformers', 'sglang', 'ray'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

@@ -59,9 +59,11 @@ class TempoDataSource:
 
             tokenizer = AutoTokenizer.from_pretrained(self.args.hf_checkpoint, trust_remote_code=True)
             url = f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}/generate"
+            # as many requests in flight as slime lets its own rollout send to one engine
+            sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64))
             cfg = self.cfg
             self._rollout = TempoRollout(
-                cfg, HTTPSampler(url), ChatProtocol(tokenizer), lambda: make(cfg.env, max_steps=cfg.max_episode_steps)
+                cfg, sampler, ChatProtocol(tokenizer), lambda: make(cfg.env, max_steps=cfg.max_episode_steps)
             )
         return self._rollout
 
