@@ -6,6 +6,8 @@ Uses slime's own Sample when slime is importable (its source on PYTHONPATH), sta
 
 import random
 import re
+import zlib
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -31,22 +33,28 @@ def scripted_logprob(position: int) -> float:
 class ScriptedPolicy:
     """A deterministic stand-in for a trained model, served over HTTP: the critic writes a value
     drawn from VALUES, the actor takes a random action from the last 'Actions:' list it was shown.
-    The log-prob of the i-th generated token is scripted_logprob(i), so the test can trace them."""
+    The log-prob of the i-th generated token is scripted_logprob(i), so the test can trace them.
+
+    Each draw is seeded by the prompt and by how often that prompt was asked before, so the
+    rollouts do not depend on the order in which concurrent HTTP requests reach the server."""
 
     def __init__(self, tokenizer, protocol):
         self.tokenizer = tokenizer
         self.end = protocol.stop_token_ids[0]
-        self.rng = random.Random(0)
+        self.seen = Counter()
 
     def generate(self, requests, params, seed):
         out = []
         for request in requests:
+            key = tuple(request.prompt_ids)
+            rng = random.Random(zlib.crc32(repr((key, self.seen[key])).encode()))
+            self.seen[key] += 1
             prompt = self.tokenizer.decode(list(request.prompt_ids))
             if CRITIC_SYSTEM_PROMPT[:30] in prompt:
-                text = f"<value>{self.rng.choice(VALUES)}</value>"
+                text = f"<value>{rng.choice(VALUES)}</value>"
             else:
                 actions = re.findall(r"Actions: ([^<\n]*)", prompt)[-1].split(", ")
-                text = f"<action>{self.rng.choice(actions)}</action>"
+                text = f"<action>{rng.choice(actions)}</action>"
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.end]
             finish = "stop"
             if len(ids) > request.max_new_tokens:
@@ -239,6 +247,10 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     with pytest.raises(ConfigError, match="4 samples of a GRPO episode rollout"):
         TempoDataSource(args)
     args.global_batch_size = 4
+    args.rollout_top_p = 0.9  # slime would then demand per-token top-p token ids on every sample
+    with pytest.raises(ConfigError, match="--rollout-top-p 0.9 is not supported"):
+        TempoDataSource(args)
+    args.rollout_top_p = 1.0
     args.num_rollout = None
     with pytest.raises(ConfigError, match="--num-rollout"):
         TempoDataSource(args)

@@ -72,6 +72,12 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
     warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
     if getattr(args, "num_rollout", None) is None:
         raise ConfigError("TEMPO on slime needs --num-rollout (warm-up updates plus TD updates)")
+    if float(args.rollout_top_p) != 1.0:
+        # slime then requires every sample to carry the sampler's per-token top-p token ids, which
+        # only its own rollout requests from its patched SGLang
+        raise ConfigError(
+            f"--rollout-top-p {args.rollout_top_p} is not supported by the tempo_plugin rollout functions; use 1.0"
+        )
     merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0)}
     try:
         return TempoConfig.from_dict(merged, source=source)
