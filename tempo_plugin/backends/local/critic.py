@@ -1,0 +1,57 @@
+"""The scalar critic of TPPO/PPO on the embedded runtime.
+
+Built as slime builds its critic: a separate model (its own copy of the policy's backbone) whose
+output layer is a linear map from the hidden state to one number. TPPO reads that number as a
+logit increment f (``algorithms/tppo.py``); plain PPO reads it as the value itself.
+
+Initialisation of the head (algorithms.md 2.4):
+- no bias: a bias b is added at every position, so the accumulated logit z_t drifts by t * b;
+- ``zero`` (default): f = 0 everywhere, so V_t = sigmoid(0) = 1/2 for every prefix: uninformative,
+  unbiased in logit space, no drift along t;
+- ``small``: N(0, std^2) weights (std 1e-3 by default); the variance of z_t still grows with t,
+  so keep it small.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+HEAD_INITS = ("zero", "small")
+
+
+class ValueModel(nn.Module):
+    """backbone -> hidden states [B, T, H] -> head -> one scalar per position [B, T]."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int, init: str = "zero", std: float = 1e-3) -> None:
+        super().__init__()
+        if init not in HEAD_INITS:
+            raise ValueError(f"critic head init must be one of {', '.join(HEAD_INITS)}, got {init!r}")
+        self.backbone = backbone
+        self.head = nn.Linear(hidden_size, 1, bias=False)
+        with torch.no_grad():
+            if init == "zero":
+                self.head.weight.zero_()
+            else:
+                self.head.weight.normal_(0.0, std)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
+
+
+def value_model_from_policy(policy: Any, init: str = "zero", std: float = 1e-3) -> ValueModel:
+    """A critic with a deep copy of a Hugging Face causal LM's backbone (the policy is left untouched)."""
+    backbone = copy.deepcopy(policy.get_decoder())
+    critic = ValueModel(backbone, policy.config.hidden_size, init=init, std=std)
+    return critic.to(next(policy.parameters()).device)
+
+
+def token_increments(critic: ValueModel, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """[B, T]: column t is the head output at position t - 1, i.e. at the prefix before token t
+    (column 0 is 0), aligned with ``trainer.token_logprobs``."""
+    outputs = critic(input_ids, attention)[:, :-1].float()
+    return torch.cat([torch.zeros_like(outputs[:, :1]), outputs], dim=1)
