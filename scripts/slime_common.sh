@@ -22,6 +22,10 @@
 #   MASTER_ADDR   address of the Ray head, i.e. this machine (127.0.0.1)
 #   TEMPO_CONFIG  TEMPO settings YAML (tempo.yaml next to the recipe)
 #   WANDB_KEY     when set, log to Weights & Biases project "tempo", group = recipe name
+# Prompt-data recipes (ppo.sh, tppo.sh) also read, and do not need TEMPO_CONFIG:
+#   PROMPT_DATA   JSONL training prompts, one {"prompt": [chat messages], "label": ...} per line;
+#                 required, must exist (the recipe's error says how to make it)
+#   EVAL_DATA     JSONL held-out prompts in the same format; when set, evaluated every 20 rollouts
 #
 # Multi-node (NUM_NODES > 1): run the recipe on the head node with MASTER_ADDR set to the head's
 # reachable address. Every other node joins the Ray cluster with
@@ -47,6 +51,8 @@ slime_abspath() {
 # slime_init RECIPE_DIR [ARGS...]
 # Parses the command line into DRY_RUN and EXTRA_ARGS, applies the defaults, and checks the
 # environment; every problem gets one line on stderr, then the script exits with status 2.
+# A prompt-data recipe sets SLIME_PROMPT_DATA_HINT (how to make PROMPT_DATA) before calling it:
+# then PROMPT_DATA (and EVAL_DATA, if set) are checked and made absolute, TEMPO_CONFIG is not.
 slime_init() {
   local recipe_dir=$1
   shift
@@ -88,7 +94,17 @@ slime_init() {
   if [ ! -f "$SLIME_DIR/train.py" ]; then
     errors+=("SLIME_DIR=$SLIME_DIR has no train.py: point it at the slime checkout")
   fi
-  if [ ! -f "$TEMPO_CONFIG" ]; then
+  if [ -n "${SLIME_PROMPT_DATA_HINT:-}" ]; then
+    local data_what="a JSONL file of {\"prompt\": [...], \"label\": ...} lines"
+    if [ -z "${PROMPT_DATA:-}" ]; then
+      errors+=("PROMPT_DATA is not set: point it at $data_what; make one with: $SLIME_PROMPT_DATA_HINT")
+    elif [ ! -f "$PROMPT_DATA" ]; then
+      errors+=("PROMPT_DATA=$PROMPT_DATA is missing (no such file): make it with: $SLIME_PROMPT_DATA_HINT")
+    fi
+    if [ -n "${EVAL_DATA:-}" ] && [ ! -f "$EVAL_DATA" ]; then
+      errors+=("EVAL_DATA=$EVAL_DATA is missing (no such file): point it at $data_what, or unset it")
+    fi
+  elif [ ! -f "$TEMPO_CONFIG" ]; then
     errors+=("TEMPO_CONFIG=$TEMPO_CONFIG is missing: point it at the TEMPO settings YAML")
   fi
   for name in NUM_GPUS NUM_NODES; do
@@ -113,12 +129,20 @@ slime_init() {
   SAVE_DIR="$(slime_abspath "$SAVE_DIR")"
   SLIME_DIR="$(cd "$SLIME_DIR" && pwd)"
   MEGATRON_DIR="$(slime_abspath "$MEGATRON_DIR")"
-  TEMPO_CONFIG="$(cd "$(dirname "$TEMPO_CONFIG")" && pwd)/$(basename "$TEMPO_CONFIG")"
+  if [ -n "${SLIME_PROMPT_DATA_HINT:-}" ]; then
+    PROMPT_DATA="$(cd "$(dirname "$PROMPT_DATA")" && pwd)/$(basename "$PROMPT_DATA")"
+    if [ -n "${EVAL_DATA:-}" ]; then
+      EVAL_DATA="$(cd "$(dirname "$EVAL_DATA")" && pwd)/$(basename "$EVAL_DATA")"
+    fi
+  else
+    TEMPO_CONFIG="$(cd "$(dirname "$TEMPO_CONFIG")" && pwd)/$(basename "$TEMPO_CONFIG")"
+  fi
 }
 
 # slime_shared_args: fills the argument arrays every recipe shares (cluster, checkpoints, eval,
 # policy loss, optimizer, numerics). Call it after slime_init; a recipe adds MODEL_ARGS,
-# PERF_ARGS and SGLANG_ARGS (per model), PLUGIN_ARGS and ROLLOUT_ARGS (per algorithm).
+# PERF_ARGS and SGLANG_ARGS (per model), PLUGIN_ARGS and ROLLOUT_ARGS (per algorithm). The PPO and
+# TPPO recipes then replace EVAL_ARGS and GRPO_ARGS by their own and add PPO_ARGS.
 # shellcheck disable=SC2034  # the arrays are read by slime_launch
 slime_shared_args() {
   CLUSTER_ARGS=(
@@ -168,6 +192,56 @@ slime_shared_args() {
     --attention-softmax-in-fp32
     --attention-backend flash
   )
+}
+
+# slime_megatron_config TEMPLATE: the per-role YAML for --megatron-config-path (PPO critic).
+# Sets MEGATRON_CONFIG to "$SAVE_DIR/ppo_megatron.yaml" and writes TEMPLATE there with its
+# placeholders filled in; a dry run prints the path and the content instead (lines starting '#').
+#
+# Why a file generated at launch rather than the template itself: slime reads this YAML with
+# yaml.safe_load and setattr()s each override onto a copy of the already validated arguments
+# (slime/utils/arguments.py, parse_megatron_role_args and _apply_megatron_role_overrides).
+#  - Nothing is interpolated: no environment variables, no ${...}, and relative paths would be
+#    taken relative to the Ray job's working directory, so the critic's directory under SAVE_DIR
+#    has to be written in as an absolute path.
+#  - The fallback "no checkpoint in --load yet, so start from --ref-load without optimizer state"
+#    happens in slime's argument validation, before the overrides, and is not repeated for them;
+#    slime's checkpoint loader asserts that the load directory exists and is not empty. So a critic
+#    `load` pointing at an empty SAVE_DIR/critic would fail the first run. Instead the critic loads
+#    REF_CKPT as a fresh start (finetune, no optimizer/RNG state) until SAVE_DIR/critic holds a
+#    checkpoint, and resumes from there afterwards.
+# Placeholders (each a quoted YAML string in the template, so the template itself parses):
+#   "@CRITIC_SAVE@"   -> SAVE_DIR/critic
+#   "@CRITIC_LOAD@"   -> SAVE_DIR/critic once it holds a checkpoint, else REF_CKPT
+#   "@CRITIC_FRESH@"  -> true while the critic starts from REF_CKPT, else false (unquoted booleans:
+#                        slime would turn the string "false" into bool("false") == True)
+slime_megatron_config() {
+  local template=$1
+  local critic_dir="$SAVE_DIR/critic" critic_load fresh content
+  if [ -f "$critic_dir/latest_checkpointed_iteration.txt" ]; then
+    critic_load=$critic_dir
+    fresh=false
+  else
+    critic_load=$REF_CKPT
+    fresh=true
+  fi
+  content="$(<"$template")"
+  content=${content//'"@CRITIC_SAVE@"'/$(slime_json_string "$critic_dir")}
+  content=${content//'"@CRITIC_LOAD@"'/$(slime_json_string "$critic_load")}
+  content=${content//'"@CRITIC_FRESH@"'/$fresh}
+  content="# Generated from $template at launch; edit that file, not this one."$'\n'"$content"
+  MEGATRON_CONFIG="$SAVE_DIR/ppo_megatron.yaml"
+
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "# would write $MEGATRON_CONFIG:"
+    local line
+    while IFS= read -r line; do
+      printf '#   %s\n' "$line"
+    done <<<"$content"
+    return 0
+  fi
+  mkdir -p "$SAVE_DIR"
+  printf '%s\n' "$content" >"$MEGATRON_CONFIG"
 }
 
 # slime_wandb_args GROUP: fills WANDB_ARGS, empty unless WANDB_KEY is set.
@@ -230,7 +304,7 @@ slime_launch() {
   local recipe_name=$1
   local train_args=() group
   for group in CLUSTER_ARGS MODEL_ARGS CKPT_ARGS PLUGIN_ARGS ROLLOUT_ARGS EVAL_ARGS GRPO_ARGS \
-    OPTIMIZER_ARGS WANDB_ARGS PERF_ARGS SGLANG_ARGS MISC_ARGS EXTRA_ARGS; do
+    PPO_ARGS OPTIMIZER_ARGS WANDB_ARGS PERF_ARGS SGLANG_ARGS MISC_ARGS EXTRA_ARGS; do
     local -n group_ref=$group
     train_args+=(${group_ref[@]+"${group_ref[@]}"})
     unset -n group_ref

@@ -1,4 +1,4 @@
-"""The slime launch recipes in scripts/qwen3-*/ (bash), run without Ray, slime or GPUs.
+"""The slime launch recipes in scripts/<model>/ (bash), run without Ray, slime or GPUs.
 
 Every run puts a folder of stub commands (ray, pkill, sleep, nvidia-smi) first on PATH; each stub
 logs its command line, so a test can tell exactly what a recipe would have started or killed.
@@ -30,10 +30,34 @@ ROLLOUT_FUNCTION = {
 }
 HIDDEN_SIZE = {"4B": "2560", "8B": "4096"}
 
+# The single-turn prompt-data recipes (PROMPT_DATA instead of tempo.yaml): PPO and TPPO.
+PROMPT_RECIPES = {
+    "qwen3-4B/tppo.sh": {"model": "qwen3-4B", "algorithm": "tppo", "task": "math"},
+    "qwen3-4B/ppo.sh": {"model": "qwen3-4B", "algorithm": "ppo", "task": "math"},
+    "qwen3-8B/tppo.sh": {"model": "qwen3-8B", "algorithm": "tppo", "task": "math"},
+    "qwen3-8B/ppo.sh": {"model": "qwen3-8B", "algorithm": "ppo", "task": "math"},
+    "qwen2.5-math-1.5B/tppo.sh": {"model": "qwen2.5-math-1.5B", "algorithm": "tppo", "task": "countdown"},
+}
+TPPO_HOOKS = {
+    "--custom-megatron-init-path": "tempo_plugin.backends.slime.tppo.init",
+    "--custom-advantage-function-path": "tempo_plugin.backends.slime.tppo.advantages",
+}
+REWARD = {
+    "math": "tempo_plugin.backends.slime.rewards.math_reward",
+    "countdown": "tempo_plugin.backends.slime.rewards.countdown_reward",
+}
+# Per model: --tensor-model-parallel-size, --rollout-num-gpus-per-engine, --max-tokens-per-gpu,
+# --rollout-max-response-len.
+PROMPT_SIZES = {
+    "qwen3-4B": ("2", "2", "9216", "4096"),
+    "qwen3-8B": ("2", "2", "18432", "4096"),
+    "qwen2.5-math-1.5B": ("1", "1", "9216", "1024"),
+}
+
 # Everything the recipes read from the environment: cleared so the caller's shell cannot leak in.
 RECIPE_ENV = [
     "HF_CKPT", "REF_CKPT", "SAVE_DIR", "SLIME_DIR", "MEGATRON_DIR", "NUM_GPUS", "NUM_NODES",
-    "MASTER_ADDR", "TEMPO_CONFIG", "WANDB_KEY", "DRY_RUN",
+    "MASTER_ADDR", "TEMPO_CONFIG", "WANDB_KEY", "DRY_RUN", "PROMPT_DATA", "EVAL_DATA",
 ]
 
 STUB = """#!/usr/bin/env bash
@@ -44,6 +68,8 @@ TOPO_NVLINK = "\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n"
 TOPO_PCIE = "\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n"
 
 recipe_params = pytest.mark.parametrize("recipe", sorted(RECIPES))
+prompt_recipe_params = pytest.mark.parametrize("recipe", sorted(PROMPT_RECIPES))
+all_recipe_params = pytest.mark.parametrize("recipe", sorted(RECIPES) + sorted(PROMPT_RECIPES))
 
 
 @pytest.fixture()
@@ -66,18 +92,22 @@ def stubs(tmp_path):
 
 @pytest.fixture()
 def setup(tmp_path):
-    """Existing HF and torch_dist directories, a fake slime checkout, and a SAVE_DIR not yet made."""
+    """Existing HF and torch_dist directories, a fake slime checkout, a SAVE_DIR not yet made, and a
+    prompt file (read only by the PPO/TPPO recipes)."""
     hf = tmp_path / "hf model"  # a space on purpose: quoting must survive the round trip
     ref = tmp_path / "ref"
     slime = tmp_path / "slime"
     for d in (hf, ref, slime):
         d.mkdir()
     (slime / "train.py").write_text("")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "label": "2"}\n')
     return {
         "HF_CKPT": str(hf),
         "REF_CKPT": str(ref),
         "SAVE_DIR": str(tmp_path / "save"),
         "SLIME_DIR": str(slime),
+        "PROMPT_DATA": str(prompts),
     }
 
 
@@ -136,17 +166,18 @@ def value(args, flag):
 # ---------------------------------------------------------------- environment checks
 
 
-@recipe_params
+@all_recipe_params
 def test_nothing_set_names_the_required_variables_and_runs_nothing(recipe, stubs):
     result = run(recipe, stubs)  # no --dry-run: the checks must come before anything is killed or started
     assert result.returncode == 2
     for name in ("HF_CKPT", "REF_CKPT", "SAVE_DIR"):
         assert name in result.stderr
+    assert ("PROMPT_DATA" in result.stderr) == (recipe in PROMPT_RECIPES)
     assert all(line.startswith("error: ") for line in result.stderr.splitlines())
     assert stub_calls(stubs) == []
 
 
-@recipe_params
+@all_recipe_params
 def test_missing_ref_ckpt_is_named(recipe, stubs, setup):
     result = run(recipe, stubs, HF_CKPT=setup["HF_CKPT"], SAVE_DIR=setup["SAVE_DIR"], SLIME_DIR=setup["SLIME_DIR"])
     assert result.returncode == 2
@@ -155,7 +186,7 @@ def test_missing_ref_ckpt_is_named(recipe, stubs, setup):
     assert stub_calls(stubs) == []
 
 
-@recipe_params
+@all_recipe_params
 def test_nonexistent_hf_ckpt_is_reported_missing(recipe, stubs, setup, tmp_path):
     result = run(recipe, stubs, **{**setup, "HF_CKPT": str(tmp_path / "nowhere")})
     assert result.returncode == 2
@@ -179,7 +210,7 @@ def test_bad_gpu_count_is_reported(stubs, setup):
 # ---------------------------------------------------------------- dry run
 
 
-@recipe_params
+@all_recipe_params
 def test_dry_run_prints_the_commands_and_touches_nothing(recipe, stubs, setup):
     result = run(recipe, stubs, "--dry-run", **setup)
     assert result.returncode == 0, result.stderr
@@ -235,7 +266,7 @@ def test_dry_run_train_arguments(recipe, stubs, setup):
         assert absent not in args
 
 
-@recipe_params
+@all_recipe_params
 def test_runtime_env_puts_the_repository_on_pythonpath(recipe, stubs, setup):
     result = run(recipe, stubs, "--dry-run", MEGATRON_DIR="/opt/megatron", **setup)
     env = runtime_env(result.stdout)
@@ -250,7 +281,7 @@ def test_nvlink_detection(stubs, setup, topology, expected):
     assert runtime_env(result.stdout)["NCCL_NVLS_ENABLE"] == expected
 
 
-@recipe_params
+@all_recipe_params
 def test_extra_arguments_come_last_and_win(recipe, stubs, setup):
     result = run(recipe, stubs, "--num-rollout", "7", "--dry-run", "--seed", "3", **setup)
     assert result.returncode == 0, result.stderr
@@ -268,7 +299,7 @@ def test_dry_run_from_the_environment(stubs, setup):
     assert [call[0] for call in stub_calls(stubs) if call[0] != "nvidia-smi"] == []
 
 
-@recipe_params
+@all_recipe_params
 def test_multi_node(recipe, stubs, setup):
     result = run(recipe, stubs, "--dry-run", NUM_NODES="2", NUM_GPUS="4", MASTER_ADDR="10.0.0.1", **setup)
     assert result.returncode == 0, result.stderr
@@ -383,12 +414,213 @@ def test_tempo_yaml_is_accepted_by_the_slime_settings(model, stubs, setup):
         settings.check_global_batch_size(int(value(args, "--global-batch-size")), settings.sample_counts(cfg, function))
 
 
+# ---------------------------------------------------------------- PPO / TPPO (prompt data)
+
+
+def printed_megatron_config(stdout, path):
+    """The YAML a dry run says it would write to PATH, parsed."""
+    import yaml
+
+    lines = stdout.splitlines()
+    start = lines.index(f"# would write {path}:") + 1
+    body = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        body.append(line[4:])
+    return yaml.safe_load("\n".join(body))
+
+
+def critic_overrides(config):
+    """The critic's overrides, checking the layout slime requires (one entry per role)."""
+    entries = config["megatron"]
+    assert isinstance(entries, list)
+    assert sorted(entry["role"] for entry in entries) == ["actor", "critic"]
+    [actor] = [entry for entry in entries if entry["role"] == "actor"]
+    assert not actor.get("overrides")  # the actor takes the command line as it is
+    [critic] = [entry for entry in entries if entry["role"] == "critic"]
+    return critic["overrides"]
+
+
+@prompt_recipe_params
+def test_missing_prompt_data_is_named_with_how_to_make_it(recipe, stubs, setup):
+    env = {k: v for k, v in setup.items() if k != "PROMPT_DATA"}
+    result = run(recipe, stubs, **env)  # no --dry-run: nothing may be started
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: PROMPT_DATA is not set")
+    task = PROMPT_RECIPES[recipe]["task"]
+    expected = ("python -m tempo_plugin.tasks.countdown --out data/countdown/train.jsonl --count 20000 --seed 0"
+                if task == "countdown" else "python data/prepare_math.py")
+    assert expected in line
+    assert stub_calls(stubs) == []
+
+
+@prompt_recipe_params
+def test_nonexistent_prompt_or_eval_data_is_reported(recipe, stubs, setup, tmp_path):
+    result = run(recipe, stubs, **{**setup, "PROMPT_DATA": str(tmp_path / "nowhere.jsonl")})
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "PROMPT_DATA" in line and "nowhere.jsonl" in line and "missing" in line
+
+    result = run(recipe, stubs, **{**setup, "EVAL_DATA": str(tmp_path / "no-eval.jsonl")})
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "EVAL_DATA" in line and "no-eval.jsonl" in line
+    assert stub_calls(stubs) == []
+
+
+@prompt_recipe_params
+def test_prompt_recipes_need_no_tempo_yaml(recipe, stubs, setup, tmp_path):
+    result = run(recipe, stubs, "--dry-run", TEMPO_CONFIG=str(tmp_path / "absent.yaml"), **setup)
+    assert result.returncode == 0, result.stderr
+
+
+@prompt_recipe_params
+def test_prompt_recipe_dry_run_train_arguments(recipe, stubs, setup):
+    model, algorithm, task = (PROMPT_RECIPES[recipe][k] for k in ("model", "algorithm", "task"))
+    result = run(recipe, stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+
+    assert value(args, "--hf-checkpoint") == setup["HF_CKPT"]
+    assert value(args, "--ref-load") == setup["REF_CKPT"]
+    assert value(args, "--save") == setup["SAVE_DIR"]
+    assert value(args, "--load") == setup["SAVE_DIR"]
+
+    # data and reward
+    assert value(args, "--prompt-data") == setup["PROMPT_DATA"]
+    assert value(args, "--input-key") == "prompt"
+    assert value(args, "--label-key") == "label"
+    for flag in ("--apply-chat-template", "--rollout-shuffle", "--balance-data"):
+        assert flag in args
+    assert value(args, "--custom-rm-path") == REWARD[task]
+    assert value(args, "--num-rollout") == "300"
+    assert value(args, "--rollout-batch-size") == "32"
+    assert value(args, "--n-samples-per-prompt") == "8"
+    assert value(args, "--global-batch-size") == "256"
+    assert value(args, "--rollout-temperature") == "1.0"
+
+    # PPO with a critic, none of the GRPO / KL-loss flags, no TEMPO hooks, no eval without EVAL_DATA
+    assert value(args, "--advantage-estimator") == "ppo"
+    assert value(args, "--num-critic-only-steps") == "1"
+    assert value(args, "--kl-coef") == "0"
+    assert value(args, "--eps-clip") == "0.2"
+    assert value(args, "--eps-clip-high") == "0.28"
+    for absent in ("--use-kl-loss", "--kl-loss-coef", "--rollout-function-path", "--data-source-path",
+                   "--custom-config-path", "--custom-reward-post-process-path", "--eval-interval",
+                   "--eval-prompt-data", "--use-wandb"):
+        assert absent not in args, absent
+
+    # TPPO's two hooks, and whitening only for plain PPO
+    for flag, hook in TPPO_HOOKS.items():
+        if algorithm == "tppo":
+            assert value(args, flag) == hook
+        else:
+            assert flag not in args
+    assert ("--normalize-advantages" in args) == (algorithm == "ppo")
+    if algorithm == "tppo":
+        assert value(args, "--gamma") == "1.0"
+        assert value(args, "--lambd") == "0.95"
+
+    # the per-role YAML: generated under SAVE_DIR at launch, printed (not written) by a dry run
+    config_path = value(args, "--megatron-config-path")
+    assert config_path == str(Path(setup["SAVE_DIR"]) / "ppo_megatron.yaml")
+    assert not Path(setup["SAVE_DIR"]).exists()
+    critic = critic_overrides(printed_megatron_config(result.stdout, config_path))
+    assert critic["gamma"] == 1.0 and critic["lambd"] == 1.0
+    assert isinstance(critic["lr"], float) and critic["lr"] == 1e-5
+    assert critic["save"] == str(Path(setup["SAVE_DIR"]) / "critic")
+    assert critic["load"] == setup["REF_CKPT"]  # no critic checkpoint yet: start from the reference weights
+    assert critic["finetune"] is True and critic["no_load_optim"] is True and critic["no_load_rng"] is True
+
+    # sizes per model
+    tp, engine, max_tokens, response_len = PROMPT_SIZES[model]
+    assert value(args, "--tensor-model-parallel-size") == tp
+    assert value(args, "--rollout-num-gpus-per-engine") == engine
+    assert value(args, "--max-tokens-per-gpu") == max_tokens
+    assert value(args, "--rollout-max-response-len") == response_len
+    assert int(max_tokens) > int(response_len)
+
+
+def test_qwen25_math_architecture(stubs, setup):
+    result = run("qwen2.5-math-1.5B/tppo.sh", stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert value(args, "--num-layers") == "28"
+    assert value(args, "--hidden-size") == "1536"
+    assert value(args, "--num-query-groups") == "2"
+    assert value(args, "--rotary-base") == "10000"
+    assert "--add-qkv-bias" in args and "--disable-bias-linear" in args
+    for absent in ("--qk-layernorm", "--untie-embeddings-and-output-weights", "--sequence-parallel"):
+        assert absent not in args
+
+
+@prompt_recipe_params
+def test_eval_data_adds_a_named_eval_set(recipe, stubs, setup, tmp_path):
+    eval_file = tmp_path / "held out.jsonl"
+    eval_file.write_text(Path(setup["PROMPT_DATA"]).read_text())
+    result = run(recipe, stubs, "--dry-run", EVAL_DATA=str(eval_file), **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert value(args, "--eval-interval") == "20"
+    i = args.index("--eval-prompt-data")
+    assert args[i + 1:i + 3] == [PROMPT_RECIPES[recipe]["task"], str(eval_file)]
+
+
+def test_prompt_data_paths_become_absolute(stubs, setup, tmp_path):
+    relative = {k: os.path.relpath(v, tmp_path) for k, v in setup.items()}
+    (tmp_path / "eval.jsonl").write_text("")
+    result = run("qwen3-4B/ppo.sh", stubs, "--dry-run", cwd=tmp_path, EVAL_DATA="eval.jsonl", **relative)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert value(args, "--prompt-data") == setup["PROMPT_DATA"]
+    assert values(args, "--eval-prompt-data") == ["math"] and str(tmp_path / "eval.jsonl") in args
+    assert value(args, "--megatron-config-path") == str(Path(setup["SAVE_DIR"]) / "ppo_megatron.yaml")
+
+
+@pytest.mark.parametrize("recipe", ["qwen3-4B/tppo.sh", "qwen2.5-math-1.5B/tppo.sh"])
+def test_launch_writes_the_megatron_config_under_save_dir(recipe, stubs, setup, tmp_path):
+    import yaml
+
+    save = tmp_path / 'odd "save" dir'  # YAML must quote it correctly
+    result = run(recipe, stubs, **{**setup, "SAVE_DIR": str(save)})
+    assert result.returncode == 0, result.stderr
+    calls = [call for call in stub_calls(stubs) if call[0] != "nvidia-smi"]
+    submitted = calls[-1][calls[-1].index("--") + 3:]
+    config_path = Path(value(submitted, "--megatron-config-path"))
+    assert config_path == save / "ppo_megatron.yaml" and config_path.is_file()
+    critic = critic_overrides(yaml.safe_load(config_path.read_text()))
+    assert critic["gamma"] == 1.0 and critic["lambd"] == 1.0
+    assert critic["save"] == str(save / "critic") and critic["load"] == setup["REF_CKPT"]
+    assert critic["finetune"] is True
+
+    # once the critic has saved a checkpoint, the next launch resumes it, optimizer included
+    (save / "critic").mkdir()
+    (save / "critic" / "latest_checkpointed_iteration.txt").write_text("20")
+    result = run(recipe, stubs, **{**setup, "SAVE_DIR": str(save)})
+    assert result.returncode == 0, result.stderr
+    critic = critic_overrides(yaml.safe_load(config_path.read_text()))
+    assert critic["load"] == str(save / "critic") == critic["save"]
+    assert critic["finetune"] is False and critic["no_load_optim"] is False and critic["no_load_rng"] is False
+
+
+@pytest.mark.parametrize("model", sorted({r["model"] for r in PROMPT_RECIPES.values()}))
+def test_megatron_config_template_parses_and_holds_the_placeholders(model):
+    import yaml
+
+    text = (SCRIPTS / model / "ppo_megatron.yaml").read_text()
+    critic = critic_overrides(yaml.safe_load(text))
+    assert critic["save"] == "@CRITIC_SAVE@" and critic["load"] == "@CRITIC_LOAD@"
+    assert critic["finetune"] == critic["no_load_optim"] == critic["no_load_rng"] == "@CRITIC_FRESH@"
+
+
 # ---------------------------------------------------------------- the scripts themselves
 
 
 ALL_SCRIPTS = sorted(
-    [SCRIPTS / "slime_common.sh", *(SCRIPTS / "models").glob("qwen3-*.sh"), *SCRIPTS.glob("qwen3-*/parallel.sh"),
-     *(SCRIPTS / r for r in RECIPES)]
+    [SCRIPTS / "slime_common.sh", *(SCRIPTS / "models").glob("qwen*.sh"), *SCRIPTS.glob("qwen*/parallel.sh"),
+     *(SCRIPTS / r for r in RECIPES), *(SCRIPTS / r for r in PROMPT_RECIPES)]
 )
 
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR disable=SC2034  # the *_ARGS arrays are read by slime_launch
+# TPPO (tracking-value PPO) on Qwen2.5-Math-1.5B with slime, on Countdown prompts: slime's PPO with a
+# critic whose value is sigmoid(cumulative sum of its per-token head outputs), trained with BCE
+# against the final reward. One node of 8 GPUs by default; Megatron training (actor and critic) and
+# SGLang rollout take turns on the same GPUs (--colocate). Baseline: scripts/qwen3-4B/ppo.sh (math).
+#
+#   HF_CKPT=/root/Qwen2.5-Math-1.5B REF_CKPT=/root/Qwen2.5-Math-1.5B_torch_dist SAVE_DIR=/root/tppo-qwen2.5-math-1.5B \
+#   PROMPT_DATA=data/countdown/train.jsonl [EVAL_DATA=data/countdown/test.jsonl] \
+#     bash scripts/qwen2.5-math-1.5B/tppo.sh [--dry-run] [extra slime flags, e.g. --num-rollout 10]
+#
+# All environment variables (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node
+# steps are described at the top of scripts/slime_common.sh.
+set -euo pipefail
+RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../slime_common.sh
+source "$RECIPE_DIR/../slime_common.sh"
+SLIME_PROMPT_DATA_HINT="python -m tempo_plugin.tasks.countdown --out data/countdown/train.jsonl --count 20000 --seed 0"
+slime_init "$RECIPE_DIR" "$@"   # stops here (exit 2) when a required setting is missing
+
+# shellcheck source=../models/qwen2.5-math-1.5B.sh
+source "$TEMPO_ROOT/scripts/models/qwen2.5-math-1.5B.sh"   # MODEL_ARGS
+# shellcheck source=parallel.sh
+source "$RECIPE_DIR/parallel.sh"                        # PERF_ARGS, SGLANG_ARGS
+slime_shared_args   # CLUSTER_ARGS, CKPT_ARGS, EVAL_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, MISC_ARGS
+slime_wandb_args qwen2.5-math-1.5B-tppo   # WANDB_ARGS, empty unless WANDB_KEY is set
+slime_megatron_config "$RECIPE_DIR/ppo_megatron.yaml"   # MEGATRON_CONFIG: critic lr, gamma, lambd, checkpoints
+
+# The TPPO hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
+PLUGIN_ARGS=(
+  --custom-rm-path tempo_plugin.backends.slime.rewards.countdown_reward   # 1 for an equation that reaches the target, else 0
+  # Runs on every training rank of actor and critic before the models are built: replaces the
+  # critic's value loss (clipped MSE) by BCE between sigmoid(cumsum of head outputs) and the return.
+  --custom-megatron-init-path tempo_plugin.backends.slime.tppo.init
+  # Actor only (slime clears it for the critic): values = sigmoid(cumsum of the critic's head
+  # outputs), then GAE with the actor's --gamma/--lambd below.
+  --custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages
+)
+
+ROLLOUT_ARGS=(
+  --prompt-data "$PROMPT_DATA"
+  --input-key prompt
+  --label-key label
+  --apply-chat-template
+  --rollout-shuffle
+  --num-rollout 300
+  --rollout-batch-size 32          # prompts per rollout
+  --n-samples-per-prompt 8         # responses per prompt
+  --rollout-max-response-len 1024  # Countdown answers are short; the model's context is 4096 tokens
+  --rollout-temperature 1.0
+  --global-batch-size 256          # 32 prompts x 8 responses: one optimizer step per rollout
+  --balance-data                   # spread the tokens evenly over the data-parallel ranks
+)
+
+# Not the shared EVAL_ARGS: those name TEMPO's held-out games, which this recipe does not play.
+EVAL_ARGS=()
+if [ -n "${EVAL_DATA:-}" ]; then
+  EVAL_ARGS=(--eval-interval 20 --eval-prompt-data countdown "$EVAL_DATA")
+fi
+
+# Not the shared GRPO_ARGS: they select --advantage-estimator grpo and add the KL-loss flags.
+GRPO_ARGS=()
+PPO_ARGS=(
+  --advantage-estimator ppo               # also creates the critic
+  --megatron-config-path "$MEGATRON_CONFIG"
+  --num-critic-only-steps 1               # the first rollout trains only the critic
+  --gamma 1.0
+  --lambd 0.95                            # lambda < 1 gives per-token credit from value differences
+  # No --normalize-advantages: whitening would rescale the tracked-value advantages.
+  --kl-coef 0
+  --entropy-coef 0.00
+  --eps-clip 0.2
+  --eps-clip-high 0.28                    # asymmetric clipping: more room for raising a token's probability
+)
+
+slime_launch qwen2.5-math-1.5B-tppo

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR disable=SC2034  # the *_ARGS arrays are read by slime_launch
+# PPO baseline for TPPO on Qwen3-4B with slime: the same prompts, model, GPUs, batch sizes and
+# megatron config as scripts/qwen3-4B/tppo.sh, but slime's own critic (clipped MSE value loss,
+# one value per token) and advantage computation.
+#
+#   HF_CKPT=/root/Qwen3-4B REF_CKPT=/root/Qwen3-4B_torch_dist SAVE_DIR=/root/ppo-qwen3-4B \
+#   PROMPT_DATA=data/math/train.jsonl [EVAL_DATA=data/math/test.jsonl] \
+#     bash scripts/qwen3-4B/ppo.sh [--dry-run] [extra slime flags, e.g. --num-rollout 10]
+#
+# All environment variables (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node
+# steps are described at the top of scripts/slime_common.sh.
+set -euo pipefail
+RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../slime_common.sh
+source "$RECIPE_DIR/../slime_common.sh"
+SLIME_PROMPT_DATA_HINT="python data/prepare_math.py (see that script for its options)"
+slime_init "$RECIPE_DIR" "$@"   # stops here (exit 2) when a required setting is missing
+
+# shellcheck source=../models/qwen3-4B.sh
+source "$TEMPO_ROOT/scripts/models/qwen3-4B.sh"   # MODEL_ARGS
+# shellcheck source=parallel.sh
+source "$RECIPE_DIR/parallel.sh"                        # PERF_ARGS, SGLANG_ARGS
+slime_shared_args   # CLUSTER_ARGS, CKPT_ARGS, EVAL_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, MISC_ARGS
+slime_wandb_args qwen3-4B-ppo   # WANDB_ARGS, empty unless WANDB_KEY is set
+slime_megatron_config "$RECIPE_DIR/ppo_megatron.yaml"   # MEGATRON_CONFIG: critic lr, gamma, lambd, checkpoints
+
+# Only the reward hook: no TPPO hooks, so the critic and the advantages are slime's own.
+PLUGIN_ARGS=(
+  --custom-rm-path tempo_plugin.backends.slime.rewards.math_reward   # 1 for a correct final answer, else 0
+)
+
+ROLLOUT_ARGS=(
+  --prompt-data "$PROMPT_DATA"
+  --input-key prompt
+  --label-key label
+  --apply-chat-template
+  --rollout-shuffle
+  --num-rollout 300
+  --rollout-batch-size 32          # prompts per rollout
+  --n-samples-per-prompt 8         # responses per prompt
+  --rollout-max-response-len 4096
+  --rollout-temperature 1.0
+  --global-batch-size 256          # 32 prompts x 8 responses: one optimizer step per rollout
+  --balance-data                   # spread the tokens evenly over the data-parallel ranks
+)
+
+# Not the shared EVAL_ARGS: those name TEMPO's held-out games, which this recipe does not play.
+EVAL_ARGS=()
+if [ -n "${EVAL_DATA:-}" ]; then
+  EVAL_ARGS=(--eval-interval 20 --eval-prompt-data math "$EVAL_DATA")
+fi
+
+# Not the shared GRPO_ARGS: they select --advantage-estimator grpo and add the KL-loss flags.
+GRPO_ARGS=()
+PPO_ARGS=(
+  --advantage-estimator ppo               # also creates the critic
+  --megatron-config-path "$MEGATRON_CONFIG"
+  --num-critic-only-steps 1               # the first rollout trains only the critic
+  --gamma 1.0
+  --lambd 0.95                            # as in tppo.sh, so that only the critic differs
+  --normalize-advantages                  # whiten the advantages over the batch, as slime's PPO test does
+  --kl-coef 0
+  --entropy-coef 0.00
+  --eps-clip 0.2
+  --eps-clip-high 0.28                    # asymmetric clipping: more room for raising a token's probability
+)
+
+slime_launch qwen3-4B-ppo
