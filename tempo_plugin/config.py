@@ -31,8 +31,18 @@ class TempoConfig:
     max_episode_steps: int = field(default=40, metadata={"help": "T: rounds per episode (a multiple of H)"})
     r_max: float = field(default=1.0, metadata={"help": "range of the remaining return (critic error scale)"})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
-    # environment
-    env: str = field(default="vault", metadata={"help": "environment name"})
+    # algorithm
+    advantage_estimator: str = field(default="tempo", metadata={
+        "help": "tempo (multi-turn, --env) or grpo, ppo, tppo (single-turn, --task)",
+        "choices": ("tempo", "grpo", "ppo", "tppo")})
+    gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
+    lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
+    critic_learning_rate: float = field(default=1e-4, metadata={"help": "PPO/TPPO: AdamW learning rate of the separate critic model"})
+    critic_init: str = field(default="zero", metadata={
+        "help": "PPO/TPPO: critic head init, zero (V = 1/2 everywhere in TPPO) or small", "choices": ("zero", "small")})
+    # environment / task
+    env: str = field(default="vault", metadata={"help": "environment name (TEMPO)"})
+    task: str = field(default="countdown", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown or math"})
     # generation
     max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})
     max_assistant_tokens: int = field(default=12, metadata={"help": "token cap of one actor turn"})
@@ -100,6 +110,14 @@ class TempoConfig:
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
         if self.restore not in ("auto", "replay"):
             raise ConfigError(f"--restore must be auto or replay (got {self.restore!r})")
+        if self.advantage_estimator not in ("tempo", "grpo", "ppo", "tppo"):
+            raise ConfigError(f"--advantage-estimator must be tempo, grpo, ppo or tppo (got {self.advantage_estimator!r})")
+        if self.critic_init not in ("zero", "small"):
+            raise ConfigError(f"--critic-init must be zero or small (got {self.critic_init!r})")
+        if not (0 <= self.gamma <= 1 and 0 <= self.lambd <= 1):
+            raise ConfigError(f"--gamma and --lambd must be in [0, 1] (got {self.gamma}, {self.lambd})")
+        if not self.critic_learning_rate > 0:
+            raise ConfigError(f"--critic-learning-rate must be > 0 (got {self.critic_learning_rate})")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:
             raise ConfigError("--max-assistant-tokens must be below --max-trajectory-tokens")
         return self

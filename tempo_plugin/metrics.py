@@ -52,15 +52,19 @@ def first_last(records: Iterable[dict[str, Any]], key: str, phase: str | None = 
     return (values[0], values[-1]) if values else (None, None)
 
 
-def summary_rows(records: list[dict[str, Any]]) -> list[tuple[str, str, float | None, float | None]]:
-    """(metric, span, first, last) rows: warm-up-only metrics over the warm-up, TD-only over TD."""
+def summary_rows(
+    records: list[dict[str, Any]],
+    metrics: dict[str, str | None] = SUMMARY_METRICS,
+    eval_metric: str = SUCCESS_RATE,
+) -> list[tuple[str, str, float | None, float | None]]:
+    """(metric, span, first, last) rows: phase-specific metrics over their phase, then base -> final eval."""
     rows = []
-    for key, span in SUMMARY_METRICS.items():
+    for key, span in metrics.items():
         first, last = first_last(records, key, span)
         rows.append((key, span or "all", first, last))
     evals = [r for r in records if r.get("phase") == "eval"]
     if evals:
-        rows.append((SUCCESS_RATE, "base -> final", evals[0].get(SUCCESS_RATE), evals[-1].get(SUCCESS_RATE) if len(evals) > 1 else None))
+        rows.append((eval_metric, "base -> final", evals[0].get(eval_metric), evals[-1].get(eval_metric) if len(evals) > 1 else None))
     return rows
 
 
@@ -73,18 +77,18 @@ def format_table(rows: list[tuple[str, str, float | None, float | None]]) -> str
     return "\n".join(lines)
 
 
-def plot_curves(records: list[dict[str, Any]], path: str | Path) -> None:
+def plot_curves(records: list[dict[str, Any]], path: str | Path, plotted: tuple[str, ...] = PLOTTED_METRICS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    updates = [r for r in records if r.get("phase") in ("warmup", "td")]
+    updates = [r for r in records if r.get("phase") not in (None, "eval")]
     cols = 3
-    rows = math.ceil(len(PLOTTED_METRICS) / cols)
+    rows = math.ceil(len(plotted) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
     warmup_end = max((r["update"] for r in updates if r["phase"] == "warmup"), default=None)
-    for ax, key in zip(axes.flat, PLOTTED_METRICS):
+    for ax, key in zip(axes.flat, plotted):
         points = [(r["update"], r[key]) for r in updates if r.get(key) is not None]
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3)
@@ -93,7 +97,7 @@ def plot_curves(records: list[dict[str, Any]], path: str | Path) -> None:
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("update", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(PLOTTED_METRICS):]:
+    for ax in list(axes.flat)[len(plotted):]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -189,9 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         if not any(a == "--out" or a.startswith("--out=") for a in argv):
             if cfg.resume:
                 raise ConfigError("--resume needs --out DIR naming the run to continue")
-            cfg.out = f"runs/tempo-{time.strftime('%Y%m%d-%H%M%S')}"
+            cfg.out = f"runs/{cfg.advantage_estimator}-{time.strftime('%Y%m%d-%H%M%S')}"
         torch.set_num_threads(max(1, min(os.cpu_count() or 1, 16)))
-        run(cfg)
+        if cfg.advantage_estimator == "tempo":
+            run(cfg)
+        else:
+            from tempo_plugin.single_turn import run as run_single_turn
+
+            run_single_turn(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

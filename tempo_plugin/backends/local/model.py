@@ -19,6 +19,7 @@ import torch
 from tempo_plugin.config import ConfigError, TempoConfig
 
 TINY_VERSION = 8  # bump when the tiny model, its tokenizer or its bootstrap data change
+TINY_TASK_VERSION = 1  # the same for the single-turn (Countdown) tiny model
 
 
 def resolve_device(name: str) -> torch.device:
@@ -31,10 +32,11 @@ def resolve_device(name: str) -> torch.device:
 
 def tiny_cache_dir(cfg: TempoConfig) -> Path:
     root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
-    key = json.dumps(
-        {"v": TINY_VERSION, "env": cfg.env, "T": cfg.max_episode_steps, "steps": cfg.bootstrap_steps, "seed": cfg.seed},
-        sort_keys=True,
-    )
+    if cfg.advantage_estimator == "tempo":
+        what = {"env": cfg.env, "T": cfg.max_episode_steps}
+    else:
+        what = {"task": cfg.task, "task_version": TINY_TASK_VERSION}
+    key = json.dumps({"v": TINY_VERSION, **what, "steps": cfg.bootstrap_steps, "seed": cfg.seed}, sort_keys=True)
     return root / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -63,15 +65,26 @@ def build_bootstrapped_tiny(
     from tempo_plugin.backends.local.tiny import build_tiny_model, build_tokenizer
     from tempo_plugin.rollout.protocol import ChatProtocol
 
-    if cfg.env != "vault":
+    single_turn = cfg.advantage_estimator != "tempo"
+    if single_turn and cfg.task != "countdown":
+        raise ConfigError(f"the built-in tiny model is bootstrapped on Countdown only; pass --model DIR for --task {cfg.task}")
+    if not single_turn and cfg.env != "vault":
         raise ConfigError(f"the built-in tiny model is bootstrapped on the vault game only; pass --model DIR for --env {cfg.env}")
     cache = tiny_cache_dir(cfg)
     if (cache / "config.json").is_file():
         return load_pretrained(str(cache), device)
     torch.manual_seed(cfg.seed)
-    tokenizer = build_tokenizer(tokenizer_corpus(cfg.max_episode_steps))
-    model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
-    supervised_bootstrap(model, ChatProtocol(tokenizer), cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+    if single_turn:
+        from tempo_plugin.backends.local.task_bootstrap import ANSWER_TAGS, task_bootstrap, task_corpus, tiny_countdown
+
+        task = tiny_countdown()
+        tokenizer = build_tokenizer(task_corpus(task), tags=ANSWER_TAGS)
+        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
+        task_bootstrap(model, ChatProtocol(tokenizer), task, cfg.bootstrap_steps, cfg.seed, progress=progress)
+    else:
+        tokenizer = build_tokenizer(tokenizer_corpus(cfg.max_episode_steps))
+        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
+        supervised_bootstrap(model, ChatProtocol(tokenizer), cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
     tmp = cache.with_name(cache.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

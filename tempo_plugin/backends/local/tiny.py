@@ -20,8 +20,10 @@ SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 FORMAT_TAGS = ["<action>", "</action>", "<value>", "</value>"]
 
 
-def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
-    """Train a byte-level BPE on ``corpus`` and wrap it as a HF fast tokenizer with a chat template."""
+def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024, tags: Iterable[str] = ()):
+    """Train a byte-level BPE on ``corpus`` and wrap it as a HF fast tokenizer with a chat template.
+
+    ``FORMAT_TAGS`` and any extra ``tags`` become whole tokens."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -41,7 +43,7 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
         show_progress=False,
     )
     tokenizer.train_from_iterator(corpus, trainer=trainer)
-    tokenizer.add_tokens(FORMAT_TAGS)  # whole tokens, matched before pre-tokenisation, kept when decoding
+    tokenizer.add_tokens(FORMAT_TAGS + list(tags))  # whole tokens, matched before pre-tokenisation, kept when decoding
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         pad_token="<|pad|>",

@@ -45,6 +45,12 @@ SLIME_OWNED: dict[str, str] = {
     "freeze_embeddings": "Megatron's freezing options",
     "bootstrap_steps": "nothing (the format bootstrap is for the built-in tiny model only)",
     "cache_dir": "nothing (the format bootstrap is for the built-in tiny model only)",
+    "advantage_estimator": "--advantage-estimator and --rollout-function-path",
+    "gamma": "--gamma",
+    "lambd": "--lambd",
+    "critic_learning_rate": "the critic's lr in --megatron-config-path",
+    "critic_init": "slime's critic construction",
+    "task": "--prompt-data and --custom-rm-path",
 }
 """TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
 

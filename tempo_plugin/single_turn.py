@@ -1,0 +1,256 @@
+"""Single-turn RL on the embedded runtime: GRPO, PPO and TPPO on a task (``--task``).
+
+Per update, B = --states-per-batch problems x N = --branches responses sampled from the policy,
+each scored R in {0, 1} by the task's verifier. Advantages per --advantage-estimator:
+
+    grpo:  A_i = (R_i - mean_g R) / (std_g R + 1e-6), broadcast over the response tokens of i
+    ppo :  V_t = critic output at the prefix before token t; r_t = R at the last token, else 0
+           (A, ret) = GAE(r, V; gamma, lambd);   critic loss = mean_t (V_t - ret_t)^2 / 2
+    tppo:  V_t = sigmoid(sum_{i<=t} f_i)  (algorithms/tppo.py); (A, ret) = GAE(r, V; gamma, lambd)
+           critic loss = BCE-with-logits(z_t, R), per-sample token mean
+
+The actor takes one clipped policy-gradient step on A (slime's surrogate, ``PolicyTrainer``). For
+PPO and TPPO the critic is a separate model (``backends/local/critic.py``) with its own optimiser,
+and the first --warmup-updates train the critic only.
+
+Metrics per update: rollout/accuracy; critic/explained_variance = 1 - Var(R - V_t) / Var(R) over all
+response tokens (the values before the update, against the terminal reward); critic/value_mean;
+critic/bce (tppo) or critic/mse (ppo); actor/adv_mean; and the trainer's train/* metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
+from tempo_plugin.backends.local.critic import ValueModel, token_increments, value_model_from_policy
+from tempo_plugin.backends.local.model import load_policy, resolve_device
+from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.backends.local.trainer import PolicyTrainer
+from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.metrics import MetricsLog, format_table, plot_curves, summary_rows
+from tempo_plugin.rollout.protocol import ChatProtocol
+from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
+from tempo_plugin.rollout.samples import ACTOR, TrainSample
+
+ACCURACY = "eval/accuracy"
+EVAL_SEED = 2_000_000_000  # held-out problems, never reached by training seeds
+GRPO_STD_EPSILON = 1e-6
+SUMMARY: dict[str, str | None] = {
+    "rollout/accuracy": None,
+    "critic/explained_variance": None,
+    "critic/value_mean": None,
+    "critic/bce": None,
+    "critic/mse": None,
+    "actor/adv_mean": "train",
+}
+PLOTTED = ("rollout/accuracy", "critic/explained_variance", "critic/value_mean", "critic/bce", "critic/mse",
+           "actor/adv_abs_mean", "train/loss")
+
+
+@dataclass
+class Response:
+    group: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    reward: float
+
+
+def make_task(cfg: TempoConfig) -> Any:
+    from tempo_plugin.backends.local.task_bootstrap import tiny_countdown
+    from tempo_plugin.tasks import make_task as make_named_task
+
+    if cfg.task == "countdown" and not cfg.model:
+        return tiny_countdown()  # the variant the built-in tiny model is bootstrapped on
+    return make_named_task(cfg.task)
+
+
+def sample_responses(
+    sampler: Sampler, protocol: ChatProtocol, task: Any, problems: Sequence[Any], n: int,
+    params: SamplingParams, max_new_tokens: int, seed: int,
+) -> list[Response]:
+    """n responses per problem (group g = problem g), scored by the task's verifier."""
+    prompts = [protocol.render_prompt(task.messages(p)) for p in problems]
+    requests = [Request(prompt, max_new_tokens) for prompt in prompts for _ in range(n)]
+    completions = sampler.generate(requests, params, seed=seed)
+    return [
+        Response(i // n, prompts[i // n], list(c.token_ids), list(c.logprobs), c.text,
+                 float(task.reward(c.text, problems[i // n].label)))
+        for i, c in enumerate(completions)
+    ]
+
+
+def grpo_advantages(rewards: Sequence[float], group_size: int) -> list[float]:
+    """(R_i - mean_g) / (std_g + eps) within consecutive groups of ``group_size`` (population std)."""
+    out = []
+    for start in range(0, len(rewards), group_size):
+        group = rewards[start:start + group_size]
+        mean, std = statistics.fmean(group), statistics.pstdev(group)
+        out += [(r - mean) / (std + GRPO_STD_EPSILON) for r in group]
+    return out
+
+
+def critic_outputs(critic: ValueModel, responses: Sequence[Response], pad_id: int) -> list[torch.Tensor]:
+    """The head output f at the prefix before each response token, one tensor per response."""
+    device = next(critic.parameters()).device
+    rows = [r.prompt_ids + r.response_ids for r in responses]
+    width = max(len(row) for row in rows)
+    ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], device=device)
+    attention = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows], device=device)
+    increments = token_increments(critic, ids, attention)
+    return [increments[i, len(r.prompt_ids):len(r.prompt_ids) + len(r.response_ids)] for i, r in enumerate(responses)]
+
+
+def values_from_outputs(estimator: str, outputs: torch.Tensor) -> torch.Tensor:
+    return reconstruct_values(outputs) if estimator == "tppo" else outputs
+
+
+def terminal_rewards(response: Response, like: torch.Tensor) -> torch.Tensor:
+    rewards = torch.zeros_like(like)
+    rewards[-1] = response.reward
+    return rewards
+
+
+def critic_loss(estimator: str, outputs: Sequence[torch.Tensor], responses: Sequence[Response],
+                returns: Sequence[torch.Tensor]) -> torch.Tensor:
+    if estimator == "tppo":
+        losses = [value_bce_loss(f, r.reward) for f, r in zip(outputs, responses)]
+    else:
+        losses = [0.5 * ((f - ret) ** 2).mean() for f, ret in zip(outputs, returns)]
+    return torch.stack(losses).mean()
+
+
+def explained_variance(values: Sequence[torch.Tensor], responses: Sequence[Response]) -> float | None:
+    """1 - Var(R - V_t) / Var(R) over all response tokens; None when R does not vary."""
+    v = torch.cat([x.detach().float() for x in values])
+    target = torch.cat([torch.full_like(x.detach().float(), r.reward) for x, r in zip(values, responses)])
+    variance = target.var(unbiased=False)
+    if variance.item() < 1e-12:
+        return None
+    return 1.0 - ((target - v).var(unbiased=False) / variance).item()
+
+
+def actor_samples(responses: Sequence[Response], advantages: Sequence[torch.Tensor]) -> list[TrainSample]:
+    samples = []
+    for r, a in zip(responses, advantages):
+        p, n = len(r.prompt_ids), len(r.response_ids)
+        samples.append(TrainSample(
+            tokens=r.prompt_ids + r.response_ids,
+            loss_mask=[0] * p + [1] * n,
+            old_logprobs=[0.0] * p + r.logprobs,
+            advantages=[0.0] * p + [float(x) for x in a],
+            role=ACTOR,
+            group=r.group,
+            reward=r.reward,
+        ))
+    return samples
+
+
+def accuracy(sampler: Sampler, protocol: ChatProtocol, task: Any, cfg: TempoConfig, params: SamplingParams) -> float:
+    problems = task.generate(EVAL_SEED, cfg.eval_games)
+    responses = sample_responses(sampler, protocol, task, problems, 1, params, cfg.max_assistant_tokens, seed=EVAL_SEED)
+    return statistics.fmean(r.reward for r in responses)
+
+
+def run(cfg: TempoConfig) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    from tempo_plugin.train import prepare_out
+
+    if cfg.resume:
+        raise ConfigError(f"--resume is not supported for --advantage-estimator {cfg.advantage_estimator} yet")
+    out = prepare_out(cfg)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    task = make_task(cfg)
+    bar = None if cfg.model else tqdm(total=cfg.bootstrap_steps, desc="bootstrap (tiny model, cached)", unit="step", leave=False)
+    model, tokenizer = load_policy(cfg, device, progress=(lambda s, l: (bar.update(1), bar.set_postfix(loss=f"{l:.3f}"))) if bar else None)
+    if bar:
+        bar.close()
+    model.eval()
+    protocol = ChatProtocol(tokenizer)
+    sampler = LocalSampler(model, tokenizer)
+    params = SamplingParams(cfg.temperature, cfg.top_p, protocol.stop_token_ids)
+    uses_critic = cfg.advantage_estimator in ("ppo", "tppo")
+    critic = value_model_from_policy(model, init=cfg.critic_init) if uses_critic else None
+    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate) if critic else None
+    if cfg.freeze_embeddings:
+        for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+            module.weight.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.td_learning_rate,
+                                  betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    trainer = PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
+                            cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch)
+    log = MetricsLog(out / "metrics.jsonl")
+    if cfg.eval_games > 0:
+        print(f"measuring the base policy's accuracy on {cfg.eval_games} held-out problems ...", flush=True)
+        log.log({"phase": "eval", "update": -1, ACCURACY: accuracy(sampler, protocol, task, cfg, params)})
+
+    warmup = cfg.warmup_updates if uses_critic else 0
+    total = warmup + cfg.td_updates
+    name = cfg.advantage_estimator.upper()
+    for update in (bar := tqdm(range(total), desc=name, unit="update")):
+        tic = time.perf_counter()
+        phase = "warmup" if update < warmup else "train"
+        problems = task.generate(cfg.seed * 1_000_003 + update, cfg.states_per_batch)
+        responses = sample_responses(sampler, protocol, task, problems, cfg.branches, params,
+                                     cfg.max_assistant_tokens, seed=update)
+        rollout_seconds = time.perf_counter() - tic
+        metrics: dict[str, Any] = {"phase": phase, "update": update,
+                                   "rollout/accuracy": statistics.fmean(r.reward for r in responses),
+                                   "rollout/response_tokens_mean": statistics.fmean(len(r.response_ids) for r in responses)}
+        if critic is None:
+            grpo = grpo_advantages([r.reward for r in responses], cfg.branches)
+            advantages = [torch.full((len(r.response_ids),), a) for r, a in zip(responses, grpo)]
+        else:
+            critic.train()
+            outputs = critic_outputs(critic, responses, tokenizer.pad_token_id)
+            values = [values_from_outputs(cfg.advantage_estimator, f.detach()) for f in outputs]
+            pairs = [gae(terminal_rewards(r, v), v, cfg.gamma, cfg.lambd) for r, v in zip(responses, values)]
+            advantages = [a for a, _ in pairs]
+            loss = critic_loss(cfg.advantage_estimator, outputs, responses, [ret for _, ret in pairs])
+            critic_optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.grad_clip)
+            critic_optimizer.step()
+            critic.eval()
+            metrics["critic/explained_variance"] = explained_variance(values, responses)
+            metrics["critic/value_mean"] = torch.cat(values).mean().item()
+            metrics["critic/bce" if cfg.advantage_estimator == "tppo" else "critic/mse"] = loss.item()
+        flat = torch.cat(advantages)
+        metrics["actor/adv_mean"] = flat.mean().item()
+        metrics["actor/adv_abs_mean"] = flat.abs().mean().item()
+        if phase == "train":
+            metrics.update(trainer.step(actor_samples(responses, advantages)))
+        metrics["time/rollout"] = rollout_seconds
+        metrics["time/update"] = time.perf_counter() - tic
+        log.log(metrics)
+        ev = metrics.get("critic/explained_variance")
+        bar.set_postfix(phase=phase, acc=f"{metrics['rollout/accuracy']:.2f}", ev="-" if ev is None else f"{ev:.2f}")
+
+    if cfg.eval_games > 0:
+        print(f"measuring the trained policy's accuracy on {cfg.eval_games} held-out problems ...", flush=True)
+        log.log({"phase": "eval", "update": total, ACCURACY: accuracy(sampler, protocol, task, cfg, params)})
+    log.close()
+    rows = summary_rows(log.records, SUMMARY, ACCURACY)
+    plot_curves(log.records, out / "curves.png", PLOTTED)
+    summary = {key: {"span": span, "first": a, "last": b} for key, span, a, b in rows}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    model.save_pretrained(out / "policy")
+    tokenizer.save_pretrained(out / "policy")
+    print(format_table(rows))
+    print(f"outputs: {out}/ (metrics.jsonl, curves.png, summary.json, config.yaml, policy/)")
+    return summary
+
