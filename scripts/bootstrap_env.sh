@@ -1,5 +1,5 @@
 # Sourced by the scripts: create .venv if missing and install the project into it (CPU torch).
-# TEMPO_EXTRAS (e.g. "test") selects optional dependency groups.
+# TEMPO_EXTRAS (e.g. "test" or "test,math,textworld,alfworld") selects optional dependency groups.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TEMPO_VENV:-$ROOT/.venv}"
@@ -11,6 +11,8 @@ fi
 STAMP="$VENV/.tempo-installed-${TEMPO_EXTRAS:-base}"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   echo "[setup] installing tempo_plugin into $VENV (CPU torch 2.13.0 pinned)"
+  # The venv first on PATH: some extras compile sdists whose build scripts run a bare `python`.
+  export PATH="$VENV/bin:$PATH"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # Pin the CPU build first: an unpinned torch would pull a multi-GB CUDA build.
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"

@@ -41,7 +41,8 @@ class TempoConfig:
     critic_init: str = field(default="zero", metadata={
         "help": "PPO/TPPO: critic head init, zero (V = 1/2 everywhere in TPPO) or small", "choices": ("zero", "small")})
     # environment / task
-    env: str = field(default="vault", metadata={"help": "environment name (TEMPO)"})
+    env: str = field(default="vault", metadata={"help": "environment (TEMPO): vault, textworld or alfworld"})
+    env_data: str = field(default="", metadata={"help": "game directory for textworld/alfworld (default: $TEXTWORLD_GAMES / $ALFWORLD_DATA, else data/<env>)"})
     task: str = field(default="countdown", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown or math"})
     # generation
     max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})

@@ -15,7 +15,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:  # the repository is not installed into the virtualenv
     sys.path.insert(0, _ROOT)
 
-from tempo_plugin.envs import ENVS, Env, StepResult, VaultEnv, make  # noqa: E402
+from tempo_plugin.envs import ENVS, Env, StepResult, VaultEnv, env_options, make  # noqa: E402
 from tempo_plugin.envs.vault import PALETTE, VaultSnapshot  # noqa: E402
 
 KEY_ROOM_RE = re.compile(
@@ -400,7 +400,7 @@ def test_thousands_of_distinct_games() -> None:
 
 
 def test_registry_make() -> None:
-    assert ENVS == {"vault": VaultEnv}
+    assert sorted(ENVS) == ["alfworld", "textworld", "vault"]
     env = make("vault", max_steps=40)
     assert isinstance(env, VaultEnv) and env.max_steps == 40
     assert env.reset(0).startswith("Key room.")
@@ -412,3 +412,7 @@ def test_registry_make() -> None:
     assert "'nope'" in str(info.value) and "vault" in str(info.value)
     with pytest.raises(ValueError, match="max_steps"):
         make("vault", max_steps=1)
+    assert env_options("vault", 40) == {"max_steps": 40}
+    assert env_options("textworld", 30, "games/") == {"max_steps": 30, "data_dir": "games/"}
+    with pytest.raises(ValueError, match="--env-data"):
+        env_options("vault", 40, "games/")

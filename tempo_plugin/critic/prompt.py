@@ -10,6 +10,8 @@ small model picks up much faster.
 
 from __future__ import annotations
 
+import re
+
 from typing import Sequence
 
 CRITIC_SYSTEM_PROMPT = (
@@ -20,8 +22,7 @@ CRITIC_SYSTEM_PROMPT = (
 
 
 def _without_action_list(observation: str) -> str:
-    head, sep, _ = observation.partition(" Actions:")
-    return head if sep else observation
+    return re.split(r"\s+Actions:", observation, maxsplit=1)[0]
 
 
 def critic_messages(

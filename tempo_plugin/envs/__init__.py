@@ -1,31 +1,52 @@
-"""TEMPO environments: the Env protocol and the registry of built-in games.
+"""TEMPO environments: the Env protocol and the registry of environments.
 
-``make(name, **options)`` builds an environment by the name given with ``--env``.
+``make(name, **options)`` builds an environment by the name given with ``--env``. The vault is
+built in; TextWorld and ALFWorld need their optional extras and are imported only when chosen.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from tempo_plugin.envs.base import Env, StepResult, canonical_action
 from tempo_plugin.envs.vault import VaultEnv, VaultSnapshot
 
-ENVS: dict[str, type] = {"vault": VaultEnv}
-"""Built-in environments by the name ``--env`` accepts."""
+ENVS: dict[str, str] = {
+    "vault": "tempo_plugin.envs.vault:VaultEnv",
+    "textworld": "tempo_plugin.envs.textworld:TextWorldEnv",
+    "alfworld": "tempo_plugin.envs.alfworld:ALFWorldEnv",
+}
+"""Environments by the name ``--env`` accepts: ``module:class``, imported on first use."""
+
+
+def env_class(name: str) -> type:
+    try:
+        module, _, cls = ENVS[name].partition(":")
+    except (KeyError, TypeError):
+        choices = ", ".join(sorted(ENVS))
+        raise ValueError(f"unknown environment {name!r} (--env): choose one of {choices}") from None
+    return getattr(importlib.import_module(module), cls)
 
 
 def make(name: str, **options: Any) -> Env:
     """Build the environment registered as ``name`` with constructor ``options``.
 
-    Raises ValueError for an unknown name (the message lists the known ones).
+    Raises ValueError for an unknown name (the message lists the known ones), ImportError naming
+    the extra to install when the environment's package is missing.
     """
-    try:
-        cls = ENVS[name]
-    except (KeyError, TypeError):
-        choices = ", ".join(sorted(ENVS))
-        raise ValueError(f"unknown environment {name!r} (--env): choose one of {choices}") from None
-    env: Env = cls(**options)
+    env: Env = env_class(name)(**options)
     return env
+
+
+def env_options(name: str, max_steps: int, data_dir: str = "") -> dict[str, Any]:
+    """Constructor options from the run settings (``--max-episode-steps``, ``--env-data``)."""
+    options: dict[str, Any] = {"max_steps": max_steps}
+    if data_dir:
+        if name == "vault":
+            raise ValueError("--env-data is for environments with game files (textworld, alfworld), not the vault")
+        options["data_dir"] = data_dir
+    return options
 
 
 __all__ = [
@@ -35,5 +56,7 @@ __all__ = [
     "VaultEnv",
     "VaultSnapshot",
     "canonical_action",
+    "env_class",
+    "env_options",
     "make",
 ]

@@ -134,13 +134,11 @@ def supervised_bootstrap(
     rng = random.Random(seed)
     env = VaultEnv(max_steps=max_steps)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(steps, 1)))
     pad_id = protocol.tokenizer.pad_token_id
-    losses = []
     game = DEMO_GAME_OFFSET
-    model.train()
-    for step in range(steps):
+
+    def step_loss(step: int) -> float:
+        nonlocal game
         demos = []
         for _ in range(actor_per_step):
             game += 1
@@ -148,22 +146,47 @@ def supervised_bootstrap(
         while len(demos) < actor_per_step + critic_per_step:
             game += 1
             demos += critic_demos(protocol, env, game, rng, max_steps, count=4)
+        return backward_role_losses(model, [demos[:actor_per_step], demos[actor_per_step:]], pad_id, device)
+
+    return supervised_steps(model, steps, learning_rate, step_loss, progress)
+
+
+def supervised_steps(
+    model,
+    steps: int,
+    learning_rate: float,
+    step_loss: Callable[[int], float],
+    progress: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """The bootstrap loop shared by every tiny-model bootstrap: AdamW with 20 warm-up steps and a
+    linear decay to 5%, gradient clip 1. ``step_loss(step)`` runs the backward pass and returns the
+    loss value. Returns the loss per step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(steps, 1)))
+    losses = []
+    model.train()
+    for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
-        loss_value = 0.0
-        for part in (demos[:actor_per_step], demos[actor_per_step:]):
-            # actor and critic demonstrations in separate forward passes (very different lengths),
-            # each role weighted one half
-            loss = 0.5 * _masked_nll(model, part, pad_id, device)
-            loss.backward()
-            loss_value += loss.item()
+        losses.append(step_loss(step))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(loss_value)
         if progress is not None:
             progress(step, losses[-1])
     model.eval()
     return losses
+
+
+def backward_role_losses(model, parts: list[list[Demo]], pad_id: int, device: torch.device) -> float:
+    """Backward the mean NLL of each non-empty part (e.g. actor and critic demonstrations, in
+    separate forward passes since their lengths differ a lot), each part weighted equally."""
+    parts = [part for part in parts if part]
+    total = 0.0
+    for part in parts:
+        loss = _masked_nll(model, part, pad_id, device) / len(parts)
+        loss.backward()
+        total += loss.item()
+    return total
 
 
 def _masked_nll(model, demos: list[Demo], pad_id: int, device: torch.device) -> torch.Tensor:

@@ -20,6 +20,7 @@ from tempo_plugin.config import ConfigError, TempoConfig
 
 TINY_VERSION = 8  # bump when the tiny model, its tokenizer or its bootstrap data change
 TINY_TASK_VERSION = 1  # the same for the single-turn (Countdown) tiny model
+TINY_ENV_VERSION = 1  # the same for the tiny model of the other environments (TextWorld, ALFWorld)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -34,6 +35,8 @@ def tiny_cache_dir(cfg: TempoConfig) -> Path:
     root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
     if cfg.advantage_estimator == "tempo":
         what = {"env": cfg.env, "T": cfg.max_episode_steps}
+        if cfg.env != "vault":
+            what.update(env_data=str(Path(cfg.env_data).resolve()) if cfg.env_data else "", env_version=TINY_ENV_VERSION)
     else:
         what = {"task": cfg.task, "task_version": TINY_TASK_VERSION}
     key = json.dumps({"v": TINY_VERSION, **what, "steps": cfg.bootstrap_steps, "seed": cfg.seed}, sort_keys=True)
@@ -68,8 +71,6 @@ def build_bootstrapped_tiny(
     single_turn = cfg.advantage_estimator != "tempo"
     if single_turn and cfg.task != "countdown":
         raise ConfigError(f"the built-in tiny model is bootstrapped on Countdown only; pass --model DIR for --task {cfg.task}")
-    if not single_turn and cfg.env != "vault":
-        raise ConfigError(f"the built-in tiny model is bootstrapped on the vault game only; pass --model DIR for --env {cfg.env}")
     cache = tiny_cache_dir(cfg)
     if (cache / "config.json").is_file():
         return load_pretrained(str(cache), device)
@@ -81,6 +82,15 @@ def build_bootstrapped_tiny(
         tokenizer = build_tokenizer(task_corpus(task), tags=ANSWER_TAGS)
         model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
         task_bootstrap(model, ChatProtocol(tokenizer), task, cfg.bootstrap_steps, cfg.seed, progress=progress)
+    elif cfg.env != "vault":
+        from tempo_plugin.backends.local.env_bootstrap import env_bootstrap, env_corpus
+        from tempo_plugin.envs import env_options, make
+
+        options = env_options(cfg.env, cfg.max_episode_steps, cfg.env_data)
+        make_env = lambda: make(cfg.env, **options)  # noqa: E731
+        tokenizer = build_tokenizer(env_corpus(make_env, cfg.max_episode_steps))
+        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
+        env_bootstrap(model, ChatProtocol(tokenizer), make_env, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
     else:
         tokenizer = build_tokenizer(tokenizer_corpus(cfg.max_episode_steps))
         model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)

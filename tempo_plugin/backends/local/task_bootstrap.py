@@ -18,9 +18,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-import torch
-
-from tempo_plugin.backends.local.bootstrap import Demo, _masked_nll
+from tempo_plugin.backends.local.bootstrap import Demo, backward_role_losses, supervised_steps
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.tasks.countdown import CountdownTask, parse_label
 
@@ -77,21 +75,10 @@ def task_bootstrap(
     rng = random.Random(seed)
     problems = task.generate(DEMO_SEED + seed, steps * per_step)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(steps, 1)))
     pad_id = protocol.tokenizer.pad_token_id
-    losses = []
-    model.train()
-    for step in range(steps):
+
+    def step_loss(step: int) -> float:
         demos = [task_demo(protocol, task, p, rng) for p in problems[step * per_step:(step + 1) * per_step]]
-        optimizer.zero_grad(set_to_none=True)
-        loss = _masked_nll(model, demos, pad_id, device)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        if progress is not None:
-            progress(step, losses[-1])
-    model.eval()
-    return losses
+        return backward_role_losses(model, [demos], pad_id, device)
+
+    return supervised_steps(model, steps, learning_rate, step_loss, progress)

@@ -53,7 +53,7 @@ class TempoDataSource:
             from transformers import AutoTokenizer
 
             from tempo_plugin.backends.slime.http_sampler import HTTPSampler
-            from tempo_plugin.envs import make
+            from tempo_plugin.envs import env_options, make
             from tempo_plugin.rollout.protocol import ChatProtocol
             from tempo_plugin.rollout.updates import TempoRollout
 
@@ -63,7 +63,7 @@ class TempoDataSource:
             sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64))
             cfg = self.cfg
             self._rollout = TempoRollout(
-                cfg, sampler, ChatProtocol(tokenizer), lambda: make(cfg.env, max_steps=cfg.max_episode_steps)
+                cfg, sampler, ChatProtocol(tokenizer), lambda: make(cfg.env, **env_options(cfg.env, cfg.max_episode_steps, cfg.env_data))
             )
         return self._rollout
 

@@ -1,0 +1,545 @@
+"""TextWorldEnv: procedurally generated TextWorld games (Microsoft TextWorld 1.7) as TEMPO environments.
+
+Games are generated offline with TextWorld's generator (``make_games`` or
+``python -m tempo_plugin.envs.textworld --make-games DIR --count N --seed S``): each game is a
+``.z8`` story file played by the jericho Z-machine interpreter plus a ``.json`` file with the
+game's logic (used for the admissible commands and the winning plan).
+
+The environment drives the two pieces directly instead of going through ``textworld.start``:
+
+* jericho's ``FrotzEnv`` runs the story. Its ``get_state``/``set_state`` capture the whole
+  Z-machine (memory, stack, registers, random number generator, pending text) in about 0.02 ms,
+  so snapshots restore in O(1) without replaying.
+* TextWorld's ``GameProgression`` tracks the logical state (facts, quest progress) from the
+  Inform7 events the story prints after ``tw-trace-actions``, exactly like TextWorld's own
+  ``StateTracking`` wrapper. The logical state is a pure function of the sequence of events that
+  changed it (the *trace*), so a snapshot stores only that trace; the env caches the progression
+  for each trace it has seen (LRU), which makes ``restore`` O(1) within a process and rebuilds it
+  from the trace (logic only, no interpreter steps) after unpickling in another process.
+
+Observations are the game's text with the ASCII-art banner, the debug tags, the status line and
+the "RESTART, RESTORE ..." prompt removed, white space collapsed, followed by
+``" Actions: "`` and the sorted admissible commands (none once the episode is over). A command
+that is not admissible is not sent to the game: it is answered with
+"That is not something you can do here." and the listed actions, and costs a step.
+
+Reward: 1.0 exactly on the step that wins the game, 0.0 otherwise (TextWorld's intermediate quest
+points are reported in ``info["score"]`` but not rewarded), so a won episode returns exactly 1.0.
+An episode ends on a win, a loss, or after ``max_steps`` steps (admissible or not).
+
+``import textworld`` happens only when an env is built or games are made, so this module imports
+without the optional extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import os
+import random
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from tempo_plugin.envs.base import StepResult, canonical_action
+
+INSTALL_HINT = "the textworld environment needs: pip install -e .[textworld]"
+GAMES_ENV_VAR = "TEXTWORLD_GAMES"
+DEFAULT_GAMES_DIR = Path(__file__).resolve().parents[2] / "data" / "textworld"
+FROTZ_SEED = 1234
+"""Seed of the interpreter's random number generator (fixed: games must be deterministic)."""
+LOGIC_CACHE_SIZE = 4096
+"""Logical states kept per game (keyed by trace) for O(1) restore."""
+
+_INVALID = "That is not something you can do here."
+_OVER = "The game is over."
+_OUT_OF_STEPS = "You have run out of steps."
+_WON_MARK = "*** The End ***"
+_LOST_MARK = "*** You lost! ***"
+_BANNER_LINE = re.compile(r"^[\s_|\\/$<>]+$")
+_PROMPT_TAIL = re.compile(r"\n>[^\n]*\Z")
+_I7_TAG = re.compile(r"\[[^]]+\]\n?")
+
+
+def _require_textworld() -> None:
+    try:
+        importlib.import_module("jericho")
+        importlib.import_module("textworld")
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+
+
+def _clean(text: str) -> str:
+    """Game text without the banner art, status line, replay prompt and runs of white space."""
+    text = _PROMPT_TAIL.sub("", text)
+    cut = text.find("Would you like to RESTART")
+    if cut >= 0:
+        text = text[:cut]
+    lines = [line for line in text.splitlines() if not _BANNER_LINE.match(line)]
+    return " ".join(" ".join(lines).split())
+
+
+def _i7_events(raw: str) -> tuple[list[str], str]:
+    """The succeeded Inform7 events in ``raw`` and the text without debug tags.
+
+    Same rules as textworld.envs.wrappers.tw_inform7._detect_i7_events_debug_tags.
+    """
+    events = []
+    for match in _I7_TAG.findall(raw):
+        raw = raw.replace(match, "")
+        name = match.strip()[1:-1]
+        if " - succeeded" in name:
+            events.append(name[: name.index(" - succeeded")])
+    return [e for e in events if "(" not in e and ")" not in e], raw
+
+
+# ---------------------------------------------------------------------------- game generation
+
+
+def _game_seed(seed: int, index: int, attempt: int) -> int:
+    return random.Random(f"textworld:{seed}:{index}:{attempt}").randrange(1, 2**31)
+
+
+def make_games(
+    out_dir: str | os.PathLike,
+    count: int,
+    seed: int,
+    world_size: int = 3,
+    nb_objects: int = 6,
+    quest_length: int = 3,
+) -> list[Path]:
+    """Generate ``count`` games ``out_dir/game_00000.z8`` ... offline with TextWorld's generator.
+
+    Equivalent to ``tw-make custom --world-size W --nb-objects O --quest-length L --seed S'``
+    where ``S'`` is derived from (``seed``, index); game ``i`` is the same for the same arguments.
+    Games whose ``.z8`` and ``.json`` already exist are skipped. Progress goes to stderr. Returns
+    the ``.z8`` paths of all ``count`` games.
+    """
+    _require_textworld()
+    import textworld
+    from textworld.generator import QuestGenerationError
+
+    for name, value in (("count", count), ("world_size", world_size), ("nb_objects", nb_objects),
+                        ("quest_length", quest_length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(count):
+        path = out / f"game_{index:05d}.z8"
+        paths.append(path)
+        if path.is_file() and path.with_suffix(".json").is_file():
+            continue
+        start = time.time()
+        for attempt in range(20):
+            options = textworld.GameOptions()
+            options.seeds = _game_seed(seed, index, attempt)
+            options.nb_rooms = world_size
+            options.nb_objects = nb_objects
+            options.chaining.min_length = quest_length
+            options.chaining.max_length = quest_length
+            options.chaining.max_depth = quest_length
+            options.path = str(path)
+            options.file_ext = ".z8"
+            options.force_recompile = True
+            try:
+                textworld.make(options)
+                break
+            except QuestGenerationError:
+                continue
+        else:
+            raise RuntimeError(f"no quest of length {quest_length} could be generated for game {index}")
+        ni = path.with_suffix(".ni")
+        if ni.is_file():
+            ni.unlink()  # the Inform7 source is not needed to play
+        print(f"textworld: game {index + 1}/{count} -> {path} ({time.time() - start:.1f} s)",
+              file=sys.stderr, flush=True)
+    return paths
+
+
+def find_games(data_dir: str | os.PathLike | None = None) -> tuple[Path, list[Path]]:
+    """The games directory (``data_dir``, else $TEXTWORLD_GAMES, else <repo>/data/textworld) and
+    its sorted ``*.z8`` files that have a ``.json`` next to them."""
+    if data_dir:
+        directory = Path(data_dir)
+    elif os.environ.get(GAMES_ENV_VAR):
+        directory = Path(os.environ[GAMES_ENV_VAR])
+    else:
+        directory = DEFAULT_GAMES_DIR
+    games = sorted(p.resolve() for p in directory.glob("*.z8") if p.with_suffix(".json").is_file())
+    return directory, games
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+@dataclass(frozen=True)
+class _Logic:
+    """An immutable logical state: never mutate ``progression`` (copy, then update)."""
+
+    progression: Any  # textworld.generator.game.GameProgression
+    admissible: tuple[str, ...]
+    admissible_set: frozenset
+    plan: Optional[tuple[str, ...]]
+    score: int
+
+
+class _Game:
+    """One loaded game: its logic, the interpreter state at its start, and the logic cache."""
+
+    def __init__(self, path: Path) -> None:
+        from textworld.generator.game import Game, GameProgression
+        from textworld.generator.inform7 import Inform7Game
+
+        self.path = path
+        self.game = Game.load(str(path.with_suffix(".json")))
+        self.inform7 = Inform7Game(self.game)
+        self.objective: str = " ".join(self.game.objective.split())
+        self.max_score: int = int(self.game.max_score)
+        self.initial_logic = self._logic(GameProgression(self.game, track_quests=True))
+        self.start_state: Any = None  # interpreter state after reset + tw-trace-actions
+        self.start_text: str = ""
+        self._cache: collections.OrderedDict[tuple[str, ...], _Logic] = collections.OrderedDict()
+
+    def _logic(self, progression: Any) -> _Logic:
+        commands = sorted(set(self.inform7.gen_commands_from_actions(progression.valid_actions)))
+        admissible = tuple(canonical_action(c) for c in commands)
+        policy = progression.winning_policy
+        plan = None
+        if policy is not None:
+            plan = tuple(canonical_action(c) for c in self.inform7.gen_commands_from_actions(policy))
+        return _Logic(progression, admissible, frozenset(admissible), plan, int(progression.score))
+
+    def advance(self, logic: _Logic, trace: tuple[str, ...], event: str) -> Optional[_Logic]:
+        """The logic after ``event`` (``trace`` ends with it), or None if the event changes nothing."""
+        cached = self._cache.get(trace)
+        if cached is not None:
+            self._cache.move_to_end(trace)
+            return cached
+        action = self.inform7.detect_action(event, logic.progression.valid_actions)
+        if action is None:
+            return None
+        progression = logic.progression.copy()
+        progression.update(action)
+        new = self._logic(progression)
+        self._cache[trace] = new
+        if len(self._cache) > LOGIC_CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return new
+
+    def logic_for(self, trace: tuple[str, ...]) -> _Logic:
+        """The logic after ``trace`` from the start; ValueError if the trace does not fit."""
+        if not trace:
+            return self.initial_logic
+        cached = self._cache.get(trace)
+        if cached is not None:
+            self._cache.move_to_end(trace)
+            return cached
+        logic = self.initial_logic
+        for i, event in enumerate(trace):
+            new = self.advance(logic, trace[: i + 1], event)
+            if new is None:
+                raise ValueError(f"event {event!r} does not apply in game {self.path.name}")
+            logic = new
+        return logic
+
+
+@dataclass(frozen=True, eq=False)
+class TextWorldSnapshot:
+    """A picklable copy of a :class:`TextWorldEnv` state.
+
+    ``frotz_state`` is jericho's full interpreter state; ``trace`` the Inform7 events that changed
+    the logical state since the start (the logic is rebuilt or looked up from it).
+    """
+
+    game_file: str
+    seed: int
+    max_steps: int
+    frotz_state: tuple
+    trace: tuple[str, ...]
+    steps: int
+    done: bool
+    won: bool
+    lost: bool
+    feedback: str
+    observation: str
+
+
+class TextWorldEnv:
+    """A TextWorld game; implements :class:`tempo_plugin.envs.base.Env` with O(1) snapshots.
+
+    Args:
+        data_dir: directory of generated games (``*.z8`` + ``*.json``); default $TEXTWORLD_GAMES,
+            else ``<repo>/data/textworld``.
+        max_steps: the episode ends (not won) after this many steps.
+    """
+
+    supports_snapshot: bool = True
+
+    def __init__(self, data_dir: str | None = None, max_steps: int = 40) -> None:
+        _require_textworld()
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        warnings.filterwarnings("ignore", module="jericho")
+        directory, games = find_games(data_dir)
+        if not games:
+            raise FileNotFoundError(
+                f"no TextWorld games (*.z8 with .json) in {directory}: make some with "
+                f"python -m tempo_plugin.envs.textworld --make-games {directory} --count 100 --seed 0"
+            )
+        self.data_dir = directory
+        self.games: list[Path] = games
+        self.max_steps = max_steps
+        self._loaded: dict[str, _Game] = {}
+        self._frotz: Any = None
+        self._story: Optional[str] = None  # the story file the interpreter has loaded
+        self._game: Optional[_Game] = None
+        self._seed = 0
+        self._logic: Optional[_Logic] = None
+        self._trace: tuple[str, ...] = ()
+        self._steps = 0
+        self._done = False
+        self._won = False
+        self._lost = False
+        self._feedback = ""
+        self._observation = ""
+
+    def __repr__(self) -> str:
+        name = None if self._game is None else self._game.path.name
+        return f"TextWorldEnv(data_dir={str(self.data_dir)!r}, max_steps={self.max_steps}, game={name!r})"
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self, path: Path) -> _Game:
+        """The cached game for ``path``, with the interpreter switched to it."""
+        key = str(path)
+        game = self._loaded.get(key)
+        if game is None:
+            game = self._loaded[key] = _Game(path)
+        if self._story != key:
+            import jericho
+
+            if self._frotz is None:
+                self._frotz = jericho.FrotzEnv(key, FROTZ_SEED)
+            else:
+                self._frotz.load(key, FROTZ_SEED)
+            self._story = key
+        if game.start_state is None:
+            raw, _ = self._frotz.reset()
+            self._frotz.step("tw-trace-actions")  # print Inform7 events, as TextWorld does
+            game.start_state = self._frotz.get_state()
+            game.start_text = _clean(_i7_events(raw)[1])
+        return game
+
+    def _require_game(self) -> _Game:
+        if self._game is None:
+            raise RuntimeError("TextWorldEnv has no game yet; call reset(seed) first")
+        return self._game
+
+    # ------------------------------------------------------------------ accessors
+
+    @property
+    def task(self) -> str:
+        """The game's objective."""
+        return self._require_game().objective
+
+    @property
+    def observation(self) -> str:
+        self._require_game()
+        return self._observation
+
+    @property
+    def seed(self) -> int:
+        self._require_game()
+        return self._seed
+
+    @property
+    def game_file(self) -> Path:
+        return self._require_game().path
+
+    @property
+    def steps(self) -> int:
+        self._require_game()
+        return self._steps
+
+    @property
+    def done(self) -> bool:
+        self._require_game()
+        return self._done
+
+    @property
+    def won(self) -> bool:
+        self._require_game()
+        return self._won
+
+    @property
+    def score(self) -> int:
+        """TextWorld's quest points so far (not the reward)."""
+        self._require_game()
+        assert self._logic is not None
+        return self._logic.score
+
+    def _compose(self) -> str:
+        if self._done:
+            return self._feedback
+        return f"{self._feedback} Actions: {', '.join(self.admissible_actions())}"
+
+    # ------------------------------------------------------------------ Env protocol
+
+    def reset(self, seed: int) -> str:
+        """Start game ``sorted_games[seed % n]`` from its beginning and return the observation."""
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        game = self._load(self.games[seed % len(self.games)])
+        self._frotz.set_state(game.start_state)
+        self._game = game
+        self._seed = seed
+        self._logic = game.initial_logic
+        self._trace = ()
+        self._steps = 0
+        self._done = self._won = self._lost = False
+        self._feedback = game.start_text
+        self._observation = self._compose()
+        return self._observation
+
+    def admissible_actions(self) -> list[str]:
+        """The sorted admissible commands (empty once the episode is over)."""
+        self._require_game()
+        if self._done:
+            return []
+        assert self._logic is not None
+        return list(self._logic.admissible)
+
+    def step(self, action: str) -> StepResult:
+        """Play ``action``; inadmissible ones are answered without touching the game."""
+        game = self._require_game()
+        if self._done:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        assert self._logic is not None
+        self._steps += 1
+        command = canonical_action(action) if isinstance(action, str) else ""
+        admissible = command in self._logic.admissible_set
+        reward = 0.0
+        if admissible:
+            raw = self._frotz.step(command)[0]
+            events, text = _i7_events(raw)
+            for event in events:
+                trace = self._trace + (event,)
+                logic = game.advance(self._logic, trace, event)
+                if logic is not None:
+                    self._logic, self._trace = logic, trace
+            self._won = _WON_MARK in text
+            self._lost = _LOST_MARK in text and not self._won
+            self._done = self._won or self._lost
+            self._feedback = _clean(text)
+            if self._won:
+                reward = 1.0
+        else:
+            self._feedback = _INVALID
+        if not self._done and self._steps >= self.max_steps:
+            self._done = True
+            self._feedback = f"{self._feedback} {_OUT_OF_STEPS}"
+        self._observation = self._compose()
+        info = {"admissible": admissible, "score": self._logic.score, "max_score": game.max_score,
+                "lost": self._lost}
+        return StepResult(self._observation, reward, self._done, self._won, info)
+
+    def _plan(self) -> Optional[tuple[str, ...]]:
+        self._require_game()
+        if self._done:
+            return None
+        assert self._logic is not None
+        return self._logic.plan
+
+    def privileged_info(self) -> str:
+        """The remaining winning plan from the current state; for the critic only."""
+        self._require_game()
+        if self._done:
+            return _OVER
+        plan = self._plan()
+        if not plan:
+            return "No winning plan from here: the quest can no longer be completed."
+        return f"Winning plan from here ({len(plan)} steps): {', '.join(plan)}."
+
+    def expert_action(self) -> Optional[str]:
+        """The first action of the remaining winning plan, or None when there is none."""
+        plan = self._plan()
+        return plan[0] if plan else None
+
+    def snapshot(self) -> TextWorldSnapshot:
+        """The full state: interpreter state, logic trace and bookkeeping (about 0.05 ms)."""
+        game = self._require_game()
+        return TextWorldSnapshot(
+            game_file=str(game.path),
+            seed=self._seed,
+            max_steps=self.max_steps,
+            frotz_state=self._frotz.get_state(),
+            trace=self._trace,
+            steps=self._steps,
+            done=self._done,
+            won=self._won,
+            lost=self._lost,
+            feedback=self._feedback,
+            observation=self._observation,
+        )
+
+    def restore(self, snapshot: TextWorldSnapshot) -> None:
+        """Put this env exactly in the snapshot's state, loading its game if needed.
+
+        Raises TypeError for a non-snapshot, ValueError when the snapshot comes from an env with
+        another ``max_steps``, its game file is missing, or its trace does not fit the game.
+        """
+        if not isinstance(snapshot, TextWorldSnapshot):
+            raise TypeError(f"restore() needs a TextWorldSnapshot, got {type(snapshot).__name__}")
+        if snapshot.max_steps != self.max_steps:
+            raise ValueError(f"snapshot was taken with max_steps={snapshot.max_steps}; this env has {self.max_steps}")
+        path = Path(snapshot.game_file)
+        if str(path) not in self._loaded and not (path.is_file() and path.with_suffix(".json").is_file()):
+            raise ValueError(f"snapshot game {path} is missing")
+        game = self._load(path)
+        logic = game.logic_for(snapshot.trace)
+        self._frotz.set_state(snapshot.frotz_state)
+        self._game = game
+        self._seed = snapshot.seed
+        self._logic = logic
+        self._trace = snapshot.trace
+        self._steps = snapshot.steps
+        self._done = snapshot.done
+        self._won = snapshot.won
+        self._lost = snapshot.lost
+        self._feedback = snapshot.feedback
+        self._observation = snapshot.observation
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tempo_plugin.envs.textworld", description="Generate TextWorld games offline."
+    )
+    parser.add_argument("--make-games", metavar="DIR", required=True, help="directory to write games to")
+    parser.add_argument("--count", type=int, required=True, help="number of games")
+    parser.add_argument("--seed", type=int, default=0, help="base seed (game i is a function of seed, i)")
+    parser.add_argument("--world-size", type=int, default=3, help="rooms per game")
+    parser.add_argument("--nb-objects", type=int, default=6, help="objects per game")
+    parser.add_argument("--quest-length", type=int, default=3, help="actions the quest needs")
+    args = parser.parse_args(argv)
+    try:
+        paths = make_games(args.make_games, args.count, args.seed, args.world_size, args.nb_objects,
+                           args.quest_length)
+    except (ImportError, ValueError, RuntimeError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"{len(paths)} games in {args.make_games}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
