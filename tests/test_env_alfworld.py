@@ -253,3 +253,18 @@ def test_cli_make_fixtures(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "2 ALFWorld fixture games" in result.stdout
     assert len(discover_games(out)) == 2
+
+
+def test_building_an_env_leaves_alfworld_data_unset(games_dir):
+    """alfworld's import sets $ALFWORLD_DATA to ~/.cache/alfworld; a first env in a fresh process
+    must not leave it set, or every later env would look for games there."""
+    code = (
+        "import os, sys\n"
+        "from tempo_plugin.envs.alfworld import ALFWorldEnv\n"
+        "ALFWorldEnv(data_dir=sys.argv[1])\n"
+        "print(os.environ.get('ALFWORLD_DATA'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}
+    out = subprocess.run([sys.executable, "-c", code, str(games_dir)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"

@@ -86,11 +86,17 @@ def _require_packages() -> None:
     """Raise ImportError(INSTALL_HINT) when textworld[pddl] or alfworld is missing."""
     import importlib
 
+    saved = os.environ.get("ALFWORLD_DATA")  # importing alfworld may set it (see _alfworld_api)
     try:
         for module in ("alfworld", "fast_downward", "textworld", "textworld.envs.pddl"):
             importlib.import_module(module)
     except ImportError as error:
         raise ImportError(f"{INSTALL_HINT} ({error})") from error
+    finally:
+        if saved is None:
+            os.environ.pop("ALFWORLD_DATA", None)
+        else:
+            os.environ["ALFWORLD_DATA"] = saved
 
 
 def _alfworld_api() -> tuple[Any, Any, Any]:
