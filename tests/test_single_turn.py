@@ -91,21 +91,29 @@ def test_config_choices_and_errors():
         TempoConfig(lambd=1.5).validate()
 
 
-def test_short_tppo_run_end_to_end(tmp_path, monkeypatch):
+@pytest.mark.parametrize("estimator", ["tppo", "ppo", "grpo"])
+def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     """The trainer CLI on the tiny Countdown model (short bootstrap): outputs and metrics exist."""
     from tempo_plugin import train
 
     monkeypatch.setenv("TEMPO_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    code = train.main(["--advantage-estimator", "tppo", "--bootstrap-steps", "5", "--states-per-batch", "2",
+    code = train.main(["--advantage-estimator", estimator, "--bootstrap-steps", "5", "--states-per-batch", "2",
                        "--branches", "2", "--warmup-updates", "1", "--td-updates", "2", "--max-assistant-tokens", "8",
                        "--eval-games", "4", "--out", str(out)])
     assert code == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["phase"] for r in records] == ["eval", "warmup", "train", "train", "eval"]
-    for r in records[1:4]:
-        assert {"rollout/accuracy", "critic/value_mean", "critic/bce", "actor/adv_mean"} <= set(r)
-    assert "train/loss" in records[2] and "train/loss" not in records[1]  # the warm-up trains the critic only
+    updates = records[1:-1]
+    assert records[0]["phase"] == records[-1]["phase"] == "eval"
+    if estimator == "grpo":  # no critic: no critic-only updates, no critic metrics
+        assert [r["phase"] for r in updates] == ["train", "train"]
+        assert all("critic/value_mean" not in r for r in updates)
+    else:
+        assert [r["phase"] for r in updates] == ["warmup", "train", "train"]
+        loss_key = "critic/bce" if estimator == "tppo" else "critic/mse"
+        assert all({"critic/value_mean", loss_key} <= set(r) for r in updates)
+        assert "train/loss" not in updates[0]  # the warm-up trains the critic only
+    assert all({"rollout/accuracy", "actor/adv_mean", "train/loss"} <= set(r) for r in updates if r["phase"] == "train")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval/accuracy"]["span"] == "base -> final"
     assert (out / "curves.png").is_file() and (out / "policy" / "config.json").is_file()
