@@ -76,3 +76,63 @@ def test_tempo_td_update_through_http_sampler(server_url, tiny_model, tokenizer,
         assert all(lp == 0.0 for lp, m in zip(sample.old_logprobs, sample.loss_mask) if not m)
     for state in batch.new_states:
         assert state.round_index == 5 and state.macro_index == 1 and len(state.action_history) == 5
+
+
+class _FlakyHandler:
+    """A /generate stand-in: answers ``fail_status`` to the first ``failures`` requests, then a
+    valid SGLang reply with two tokens."""
+
+    @staticmethod
+    def serve(failures: int, fail_status: int):
+        import http.server
+        import threading
+
+        state = {"calls": 0}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                state["calls"] += 1
+                if state["calls"] <= failures:
+                    self.send_response(fail_status)
+                    self.end_headers()
+                    self.wfile.write(b"busy")
+                    return
+                body = json.dumps({"text": "ok", "meta_info": {
+                    "output_token_logprobs": [[-0.5, 7, None], [-0.25, 8, None]], "finish_reason": {"type": "stop"}}})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, state
+
+
+def test_http_sampler_retries_transient_failures_only():
+    from tempo_plugin.backends.slime.http_sampler import GenerationError
+    from tempo_plugin.rollout.sampler import Request, SamplingParams
+
+    server, state = _FlakyHandler.serve(failures=2, fail_status=503)
+    url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+    (completion,) = HTTPSampler(url, retry_delay_s=0.01).generate([Request([1, 2], 4)], SamplingParams(), seed=0)
+    assert state["calls"] == 3 and completion.token_ids == [7, 8] and completion.logprobs == [-0.5, -0.25]
+    server.shutdown()
+    server.server_close()
+
+    server, state = _FlakyHandler.serve(failures=5, fail_status=400)  # a bad request is not retried
+    url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+    with pytest.raises(GenerationError, match="answered 400"):
+        HTTPSampler(url, retry_delay_s=0.01).generate([Request([1], 4)], SamplingParams(), seed=0)
+    assert state["calls"] == 1
+    server.shutdown()
+    server.server_close()
+
+    closed = server.server_address[1]  # nothing listens there any more
+    with pytest.raises(GenerationError, match="gave up after 2 retries"):
+        HTTPSampler(f"http://127.0.0.1:{closed}/generate", max_retries=2, retry_delay_s=0.01, timeout_s=5).generate(
+            [Request([1], 4)], SamplingParams(), seed=0)

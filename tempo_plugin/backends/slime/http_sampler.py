@@ -8,6 +8,7 @@ re-tokenised text. A request the server aborts raises, so the caller can drop th
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -44,16 +45,27 @@ class HTTPSampler:
     url: str  # e.g. http://127.0.0.1:30000/generate
     max_workers: int = 64
     timeout_s: float = 600.0
+    max_retries: int = 60  # as slime's own http_utils.post: transient failures are retried ...
+    retry_delay_s: float = 1.0  # ... this many seconds apart
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST with retries on connection errors and 5xx answers; a 4xx answer raises at once."""
         request = urllib.request.Request(
             self.url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as error:
-            raise GenerationError(f"{self.url} answered {error.code}: {error.read()[:200]!r}") from error
+        for attempt in range(self.max_retries + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                problem = f"{self.url} answered {error.code}: {error.read()[:200]!r}"
+                if error.code < 500:
+                    raise GenerationError(problem) from error
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+                problem = f"{self.url} unreachable: {error}"
+            if attempt < self.max_retries:
+                time.sleep(self.retry_delay_s)
+        raise GenerationError(f"{problem} (gave up after {self.max_retries} retries)")
 
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         def one(request: Request) -> Completion:
