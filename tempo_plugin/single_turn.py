@@ -130,6 +130,44 @@ def critic_loss(estimator: str, outputs: Sequence[torch.Tensor], responses: Sequ
     return torch.stack(losses).mean()
 
 
+def micro_batches(responses: Sequence[Response], tokens_per_micro_batch: int) -> list[list[Response]]:
+    """Consecutive chunks whose padded size (count x longest sequence) fits the token budget."""
+    chunks: list[list[Response]] = []
+    current: list[Response] = []
+    width = 0
+    for r in responses:
+        length = len(r.prompt_ids) + len(r.response_ids)
+        if current and (len(current) + 1) * max(width, length) > tokens_per_micro_batch:
+            chunks.append(current)
+            current, width = [], 0
+        current.append(r)
+        width = max(width, length)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def critic_update(
+    critic: ValueModel, optimizer: torch.optim.Optimizer, estimator: str, chunks: Sequence[Sequence[Response]],
+    returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float,
+) -> float:
+    """One optimiser step on the critic loss (mean over all responses), accumulated chunk by chunk."""
+    total = sum(len(chunk) for chunk in chunks)
+    critic.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss_value, start = 0.0, 0
+    for chunk in chunks:
+        outputs = critic_outputs(critic, chunk, pad_id)
+        loss = critic_loss(estimator, outputs, chunk, returns[start:start + len(chunk)]) * (len(chunk) / total)
+        loss.backward()
+        loss_value += loss.item()
+        start += len(chunk)
+    torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
+    optimizer.step()
+    critic.eval()
+    return loss_value
+
+
 def explained_variance(values: Sequence[torch.Tensor], responses: Sequence[Response]) -> float | None:
     """1 - Var(R - V_t) / Var(R) over all response tokens; None when R does not vary."""
     v = torch.cat([x.detach().float() for x in values])
@@ -215,20 +253,17 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             grpo = grpo_advantages([r.reward for r in responses], cfg.branches)
             advantages = [torch.full((len(r.response_ids),), a) for r, a in zip(responses, grpo)]
         else:
-            critic.train()
-            outputs = critic_outputs(critic, responses, tokenizer.pad_token_id)
-            values = [values_from_outputs(cfg.advantage_estimator, f.detach()) for f in outputs]
+            chunks = micro_batches(responses, cfg.train_tokens_per_micro_batch)
+            with torch.no_grad():
+                outputs = [f for chunk in chunks for f in critic_outputs(critic, chunk, tokenizer.pad_token_id)]
+            values = [values_from_outputs(cfg.advantage_estimator, f) for f in outputs]
             pairs = [gae(terminal_rewards(r, v), v, cfg.gamma, cfg.lambd) for r, v in zip(responses, values)]
             advantages = [a for a, _ in pairs]
-            loss = critic_loss(cfg.advantage_estimator, outputs, responses, [ret for _, ret in pairs])
-            critic_optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.grad_clip)
-            critic_optimizer.step()
-            critic.eval()
+            loss = critic_update(critic, critic_optimizer, cfg.advantage_estimator, chunks, [ret for _, ret in pairs],
+                                 tokenizer.pad_token_id, cfg.grad_clip)
             metrics["critic/explained_variance"] = explained_variance(values, responses)
             metrics["critic/value_mean"] = torch.cat(values).mean().item()
-            metrics["critic/bce" if cfg.advantage_estimator == "tppo" else "critic/mse"] = loss.item()
+            metrics["critic/bce" if cfg.advantage_estimator == "tppo" else "critic/mse"] = loss
         flat = torch.cat(advantages)
         metrics["actor/adv_mean"] = flat.mean().item()
         metrics["actor/adv_abs_mean"] = flat.abs().mean().item()

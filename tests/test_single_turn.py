@@ -117,3 +117,25 @@ def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval/accuracy"]["span"] == "base -> final"
     assert (out / "curves.png").is_file() and (out / "policy" / "config.json").is_file()
+
+
+def test_micro_batched_critic_update_equals_one_batch(tiny_model):
+    import copy
+
+    from tempo_plugin.single_turn import critic_update, micro_batches
+
+    torch.manual_seed(0)
+    critic = value_model_from_policy(tiny_model, init="small", std=0.05)
+    twin = copy.deepcopy(critic)
+    responses = [Response(i, [5, 6, 7], [20 + i] * (i + 1), [0.0] * (i + 1), "", float(i % 2)) for i in range(3)]
+    # sequences of 4, 5 and 6 tokens: a budget of 10 padded tokens fits [r0, r1] (2 x 5) and then [r2]
+    assert [len(c) for c in micro_batches(responses, 10)] == [2, 1]
+    assert [len(c) for c in micro_batches(responses, 4)] == [1, 1, 1]  # a single long sequence is never split
+    returns = [torch.full((len(r.response_ids),), r.reward) for r in responses]
+    before = critic.head.weight.detach().clone()
+    whole = critic_update(critic, torch.optim.SGD(critic.parameters(), lr=0.1), "tppo", [responses], returns, 0, 1e9)
+    split = critic_update(twin, torch.optim.SGD(twin.parameters(), lr=0.1), "tppo", micro_batches(responses, 4), returns, 0, 1e9)
+    assert split == pytest.approx(whole, rel=1e-5)
+    for p, q in zip(critic.parameters(), twin.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert not torch.allclose(critic.head.weight, before)  # the step did move the critic
