@@ -244,6 +244,50 @@ slime_megatron_config() {
   printf '%s\n' "$content" >"$MEGATRON_CONFIG"
 }
 
+# slime_ppo_args EVAL_NAME MAX_RESPONSE_LEN: fills the arrays the single-turn PPO and TPPO recipes
+# share: ROLLOUT_ARGS (prompt data from PROMPT_DATA), EVAL_ARGS (from EVAL_DATA, empty without it),
+# PPO_ARGS (slime's PPO with the critic of MEGATRON_CONFIG) and an empty GRPO_ARGS. Call it after
+# slime_shared_args and slime_megatron_config; the recipe adds its reward and hooks (PLUGIN_ARGS)
+# and, for plain PPO, --normalize-advantages.
+# shellcheck disable=SC2034  # the arrays are read by slime_launch
+slime_ppo_args() {
+  local eval_name=$1 max_response_len=$2
+  ROLLOUT_ARGS=(
+    --prompt-data "$PROMPT_DATA"
+    --input-key prompt
+    --label-key label
+    --apply-chat-template
+    --rollout-shuffle
+    --num-rollout 300
+    --rollout-batch-size 32          # prompts per rollout
+    --n-samples-per-prompt 8         # responses per prompt
+    --rollout-max-response-len "$max_response_len"
+    --rollout-temperature 1.0
+    --global-batch-size 256          # 32 prompts x 8 responses: one optimizer step per rollout
+    --balance-data                   # spread the tokens evenly over the data-parallel ranks
+  )
+
+  # Not the shared EVAL_ARGS: those name TEMPO's held-out games, which these recipes do not play.
+  EVAL_ARGS=()
+  if [ -n "${EVAL_DATA:-}" ]; then
+    EVAL_ARGS=(--eval-interval 20 --eval-prompt-data "$eval_name" "$EVAL_DATA")
+  fi
+
+  # Not the shared GRPO_ARGS: they select --advantage-estimator grpo and add the KL-loss flags.
+  GRPO_ARGS=()
+  PPO_ARGS=(
+    --advantage-estimator ppo               # also creates the critic
+    --megatron-config-path "$MEGATRON_CONFIG"
+    --num-critic-only-steps 1               # the first rollout trains only the critic
+    --gamma 1.0
+    --lambd 0.95                            # lambda < 1 gives per-token credit from value differences
+    --kl-coef 0
+    --entropy-coef 0.00
+    --eps-clip 0.2
+    --eps-clip-high 0.28                    # asymmetric clipping: more room for raising a token's probability
+  )
+}
+
 # slime_wandb_args GROUP: fills WANDB_ARGS, empty unless WANDB_KEY is set.
 # shellcheck disable=SC2034  # WANDB_ARGS is read by slime_launch
 slime_wandb_args() {

@@ -30,40 +30,7 @@ PLUGIN_ARGS=(
   --custom-rm-path tempo_plugin.backends.slime.rewards.math_reward   # 1 for a correct final answer, else 0
 )
 
-ROLLOUT_ARGS=(
-  --prompt-data "$PROMPT_DATA"
-  --input-key prompt
-  --label-key label
-  --apply-chat-template
-  --rollout-shuffle
-  --num-rollout 300
-  --rollout-batch-size 32          # prompts per rollout
-  --n-samples-per-prompt 8         # responses per prompt
-  --rollout-max-response-len 4096
-  --rollout-temperature 1.0
-  --global-batch-size 256          # 32 prompts x 8 responses: one optimizer step per rollout
-  --balance-data                   # spread the tokens evenly over the data-parallel ranks
-)
-
-# Not the shared EVAL_ARGS: those name TEMPO's held-out games, which this recipe does not play.
-EVAL_ARGS=()
-if [ -n "${EVAL_DATA:-}" ]; then
-  EVAL_ARGS=(--eval-interval 20 --eval-prompt-data math "$EVAL_DATA")
-fi
-
-# Not the shared GRPO_ARGS: they select --advantage-estimator grpo and add the KL-loss flags.
-GRPO_ARGS=()
-PPO_ARGS=(
-  --advantage-estimator ppo               # also creates the critic
-  --megatron-config-path "$MEGATRON_CONFIG"
-  --num-critic-only-steps 1               # the first rollout trains only the critic
-  --gamma 1.0
-  --lambd 0.95                            # as in tppo.sh, so that only the critic differs
-  --normalize-advantages                  # whiten the advantages over the batch, as slime's PPO test does
-  --kl-coef 0
-  --entropy-coef 0.00
-  --eps-clip 0.2
-  --eps-clip-high 0.28                    # asymmetric clipping: more room for raising a token's probability
-)
+slime_ppo_args math 4096   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS (lambd 0.95, as tppo.sh: only the critic differs)
+PPO_ARGS+=(--normalize-advantages)   # whiten the advantages over the batch, as slime's PPO test does
 
 slime_launch qwen3-4B-ppo

@@ -33,44 +33,11 @@ PLUGIN_ARGS=(
   # critic's value loss (clipped MSE) by BCE between sigmoid(cumsum of head outputs) and the return.
   --custom-megatron-init-path tempo_plugin.backends.slime.tppo.init
   # Actor only (slime clears it for the critic): values = sigmoid(cumsum of the critic's head
-  # outputs), then GAE with the actor's --gamma/--lambd below.
+  # outputs), then GAE with the actor's --gamma/--lambd (slime_ppo_args).
   --custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages
 )
 
-ROLLOUT_ARGS=(
-  --prompt-data "$PROMPT_DATA"
-  --input-key prompt
-  --label-key label
-  --apply-chat-template
-  --rollout-shuffle
-  --num-rollout 300
-  --rollout-batch-size 32          # prompts per rollout
-  --n-samples-per-prompt 8         # responses per prompt
-  --rollout-max-response-len 4096
-  --rollout-temperature 1.0
-  --global-batch-size 256          # 32 prompts x 8 responses: one optimizer step per rollout
-  --balance-data                   # spread the tokens evenly over the data-parallel ranks
-)
-
-# Not the shared EVAL_ARGS: those name TEMPO's held-out games, which this recipe does not play.
-EVAL_ARGS=()
-if [ -n "${EVAL_DATA:-}" ]; then
-  EVAL_ARGS=(--eval-interval 20 --eval-prompt-data math "$EVAL_DATA")
-fi
-
-# Not the shared GRPO_ARGS: they select --advantage-estimator grpo and add the KL-loss flags.
-GRPO_ARGS=()
-PPO_ARGS=(
-  --advantage-estimator ppo               # also creates the critic
-  --megatron-config-path "$MEGATRON_CONFIG"
-  --num-critic-only-steps 1               # the first rollout trains only the critic
-  --gamma 1.0
-  --lambd 0.95                            # lambda < 1 gives per-token credit from value differences
-  # No --normalize-advantages: whitening would rescale the tracked-value advantages.
-  --kl-coef 0
-  --entropy-coef 0.00
-  --eps-clip 0.2
-  --eps-clip-high 0.28                    # asymmetric clipping: more room for raising a token's probability
-)
+slime_ppo_args math 4096   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS
+# No --normalize-advantages: whitening would rescale the tracked-value advantages.
 
 slime_launch qwen3-4B-tppo
