@@ -26,7 +26,7 @@ from tempo_plugin.backends.local.model import load_policy, load_pretrained, reso
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, parse_config
-from tempo_plugin.envs import env_options, make
+from tempo_plugin.envs import env_factory
 from tempo_plugin.metrics import SUCCESS_RATE, MetricsLog, format_table, plot_curves, summary_rows
 from tempo_plugin.rollout.games import eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
@@ -95,11 +95,9 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     try:
-        options = env_options(cfg.env, cfg.max_episode_steps, cfg.env_data)
-        make(cfg.env, **options)  # fail fast: unknown --env, missing extra, no games
+        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
     except (ValueError, ImportError, FileNotFoundError) as error:
         raise ConfigError(str(error)) from None
-    make_env = lambda: make(cfg.env, **options)  # noqa: E731
 
     if cfg.resume:
         model, tokenizer = load_pretrained(str(checkpoint), device)

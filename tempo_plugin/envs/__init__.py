@@ -7,7 +7,7 @@ built in; TextWorld and ALFWorld need their optional extras and are imported onl
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable
 
 from tempo_plugin.envs.base import Env, StepResult, canonical_action
 from tempo_plugin.envs.vault import VaultEnv, VaultSnapshot
@@ -49,6 +49,14 @@ def env_options(name: str, max_steps: int, data_dir: str = "") -> dict[str, Any]
     return options
 
 
+def env_factory(name: str, max_steps: int, data_dir: str = "") -> Callable[[], Env]:
+    """A function that builds a fresh environment; builds one now, so a bad name, a missing extra
+    or a missing game directory fails here rather than mid-run."""
+    options = env_options(name, max_steps, data_dir)
+    make(name, **options)
+    return lambda: make(name, **options)
+
+
 __all__ = [
     "ENVS",
     "Env",
@@ -57,6 +65,7 @@ __all__ = [
     "VaultSnapshot",
     "canonical_action",
     "env_class",
+    "env_factory",
     "env_options",
     "make",
 ]

@@ -183,9 +183,10 @@ class TempoRollout:
 
     # -- TD -----------------------------------------------------------------------------------------
 
-    def _restore_group(self, state: MacroState, group: int) -> list[Branch]:
+    def _restore_group(self, state: MacroState, group: int, count: int | None = None) -> list[Branch]:
+        """``count`` (default N = --branches) environments restored to ``state``, one branch each."""
         branches = []
-        for _ in range(self.cfg.branches):
+        for _ in range(self.cfg.branches if count is None else count):
             env = self.make_env()
             restore_env(env, state, self.cfg.restore)
             branches.append(Branch.from_state(state, env, group))
@@ -279,13 +280,10 @@ class TempoRollout:
 
     def play_episodes(self, games: Sequence[int], seed: int, episodes_per_game: int = 1) -> list[Branch]:
         """Complete episodes from fresh games; the episodes of game i form group i."""
-        branches = []
-        for group, game in enumerate(games):
-            start = fresh_state(self.make_env(), game, self.protocol)
-            for _ in range(episodes_per_game):
-                env = self.make_env()
-                restore_env(env, start, self.cfg.restore)
-                branches.append(Branch.from_state(start, env, group))
+        branches = [
+            b for group, game in enumerate(games)
+            for b in self._restore_group(fresh_state(self.make_env(), game, self.protocol), group, episodes_per_game)
+        ]
         run_branches(branches, self.sampler, self.protocol, self.params, self._limits(self.cfg.max_episode_steps), seed)
         return branches
 

@@ -79,22 +79,23 @@ def build_bootstrapped_tiny(
         from tempo_plugin.backends.local.task_bootstrap import ANSWER_TAGS, task_bootstrap, task_corpus, tiny_countdown
 
         task = tiny_countdown()
-        tokenizer = build_tokenizer(task_corpus(task), tags=ANSWER_TAGS)
-        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
-        task_bootstrap(model, ChatProtocol(tokenizer), task, cfg.bootstrap_steps, cfg.seed, progress=progress)
+        corpus, tags = task_corpus(task), ANSWER_TAGS
+        bootstrap = lambda model, protocol: task_bootstrap(model, protocol, task, cfg.bootstrap_steps, cfg.seed, progress=progress)  # noqa: E731
     elif cfg.env != "vault":
         from tempo_plugin.backends.local.env_bootstrap import env_bootstrap, env_corpus
-        from tempo_plugin.envs import env_options, make
+        from tempo_plugin.envs import env_factory
 
-        options = env_options(cfg.env, cfg.max_episode_steps, cfg.env_data)
-        make_env = lambda: make(cfg.env, **options)  # noqa: E731
-        tokenizer = build_tokenizer(env_corpus(make_env, cfg.max_episode_steps))
-        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
-        env_bootstrap(model, ChatProtocol(tokenizer), make_env, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
+        corpus, tags = env_corpus(make_env, cfg.max_episode_steps), ()
+        bootstrap = lambda model, protocol: env_bootstrap(  # noqa: E731
+            model, protocol, make_env, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
     else:
-        tokenizer = build_tokenizer(tokenizer_corpus(cfg.max_episode_steps))
-        model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
-        supervised_bootstrap(model, ChatProtocol(tokenizer), cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+        corpus, tags = tokenizer_corpus(cfg.max_episode_steps), ()
+        bootstrap = lambda model, protocol: supervised_bootstrap(  # noqa: E731
+            model, protocol, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+    tokenizer = build_tokenizer(corpus, tags=tags)
+    model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
+    bootstrap(model, ChatProtocol(tokenizer))
     tmp = cache.with_name(cache.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -53,7 +53,7 @@ class TempoDataSource:
             from transformers import AutoTokenizer
 
             from tempo_plugin.backends.slime.http_sampler import HTTPSampler
-            from tempo_plugin.envs import env_options, make
+            from tempo_plugin.envs import env_factory
             from tempo_plugin.rollout.protocol import ChatProtocol
             from tempo_plugin.rollout.updates import TempoRollout
 
@@ -62,9 +62,8 @@ class TempoDataSource:
             # as many requests in flight as slime lets its own rollout send to one engine
             sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64))
             cfg = self.cfg
-            self._rollout = TempoRollout(
-                cfg, sampler, ChatProtocol(tokenizer), lambda: make(cfg.env, **env_options(cfg.env, cfg.max_episode_steps, cfg.env_data))
-            )
+            make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
+            self._rollout = TempoRollout(cfg, sampler, ChatProtocol(tokenizer), make_env)
         return self._rollout
 
     # -- slime's data-source interface --------------------------------------------------------------

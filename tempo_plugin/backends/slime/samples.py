@@ -27,39 +27,43 @@ PADDING = "padding"
 TRUNCATED_STOPS = ("trajectory_too_long",)
 
 
-def from_train_sample(sample: TrainSample, sample_cls: Any, index: int, decode: Callable[[list[int]], str]) -> Any:
-    start = sample.prompt_length
-    response = list(sample.tokens[start:])
+def _slime_sample(
+    sample_cls: Any, group_index: int, index: int, tokens: Sequence[int], prompt_length: int,
+    loss_mask: Sequence[int], logprobs: Sequence[float], reward: float, status: Any, metadata: dict,
+    decode: Callable[[list[int]], str],
+) -> Any:
+    """A slime Sample of ``tokens`` whose response starts at ``prompt_length`` (per-token arrays
+    are aligned with ``tokens``; slime keeps the response part of them)."""
+    response = list(tokens[prompt_length:])
     return sample_cls(
-        group_index=2 * sample.group + (0 if sample.role == ACTOR else 1),
+        group_index=group_index,
         index=index,
-        tokens=list(sample.tokens),
+        tokens=list(tokens),
         response=decode(response),
         response_length=len(response),
-        loss_mask=list(sample.loss_mask[start:]),
-        rollout_log_probs=list(sample.old_logprobs[start:]),
-        reward=float(sample.reward),
-        status=sample_cls.Status.COMPLETED,
-        metadata={"tempo_role": sample.role},
+        loss_mask=list(loss_mask[prompt_length:]),
+        rollout_log_probs=list(logprobs[prompt_length:]),
+        reward=float(reward),
+        status=status,
+        metadata=metadata,
+    )
+
+
+def from_train_sample(sample: TrainSample, sample_cls: Any, index: int, decode: Callable[[list[int]], str]) -> Any:
+    return _slime_sample(
+        sample_cls, 2 * sample.group + (0 if sample.role == ACTOR else 1), index, sample.tokens, sample.prompt_length,
+        sample.loss_mask, sample.old_logprobs, sample.reward, sample_cls.Status.COMPLETED,
+        {"tempo_role": sample.role}, decode,
     )
 
 
 def from_episode(branch: Branch, reward: float, sample_cls: Any, index: int, decode: Callable[[list[int]], str]) -> Any:
     """A complete episode from the game's first prompt; ``group_index`` = the branch's group."""
-    start = len(branch.start.token_prefix)
-    response = list(branch.tokens[start:])
     truncated = branch.stop_reason in TRUNCATED_STOPS
-    return sample_cls(
-        group_index=branch.group,
-        index=index,
-        tokens=list(branch.tokens),
-        response=decode(response),
-        response_length=len(response),
-        loss_mask=list(branch.loss_mask[start:]),
-        rollout_log_probs=list(branch.logprobs[start:]),
-        reward=float(reward),
-        status=sample_cls.Status.TRUNCATED if truncated else sample_cls.Status.COMPLETED,
-        metadata={"tempo_role": ACTOR, "stop_reason": branch.stop_reason},
+    return _slime_sample(
+        sample_cls, branch.group, index, branch.tokens, len(branch.start.token_prefix), branch.loss_mask,
+        branch.logprobs, reward, sample_cls.Status.TRUNCATED if truncated else sample_cls.Status.COMPLETED,
+        {"tempo_role": ACTOR, "stop_reason": branch.stop_reason}, decode,
     )
 
 
