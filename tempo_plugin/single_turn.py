@@ -34,7 +34,7 @@ from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
 from tempo_plugin.backends.local.critic import ValueModel, token_increments, value_model_from_policy
 from tempo_plugin.backends.local.model import load_policy, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import PolicyTrainer
+from tempo_plugin.backends.local.trainer import PolicyTrainer, chunk_by_token_budget, pad_rows
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.metrics import MetricsLog, format_table, plot_curves, summary_rows
 from tempo_plugin.rollout.protocol import ChatProtocol
@@ -104,9 +104,8 @@ def critic_outputs(critic: ValueModel, responses: Sequence[Response], pad_id: in
     """The head output f at the prefix before each response token, one tensor per response."""
     device = next(critic.parameters()).device
     rows = [r.prompt_ids + r.response_ids for r in responses]
-    width = max(len(row) for row in rows)
-    ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], device=device)
-    attention = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows], device=device)
+    ids = pad_rows(rows, pad_id, torch.long, device)
+    attention = pad_rows([[1] * len(row) for row in rows], 0, torch.long, device)
     increments = token_increments(critic, ids, attention)
     return [increments[i, len(r.prompt_ids):len(r.prompt_ids) + len(r.response_ids)] for i, r in enumerate(responses)]
 
@@ -131,20 +130,8 @@ def critic_loss(estimator: str, outputs: Sequence[torch.Tensor], responses: Sequ
 
 
 def micro_batches(responses: Sequence[Response], tokens_per_micro_batch: int) -> list[list[Response]]:
-    """Consecutive chunks whose padded size (count x longest sequence) fits the token budget."""
-    chunks: list[list[Response]] = []
-    current: list[Response] = []
-    width = 0
-    for r in responses:
-        length = len(r.prompt_ids) + len(r.response_ids)
-        if current and (len(current) + 1) * max(width, length) > tokens_per_micro_batch:
-            chunks.append(current)
-            current, width = [], 0
-        current.append(r)
-        width = max(width, length)
-    if current:
-        chunks.append(current)
-    return chunks
+    """Consecutive chunks (order kept: values are matched back to responses by position)."""
+    return chunk_by_token_budget(responses, lambda r: len(r.prompt_ids) + len(r.response_ids), tokens_per_micro_batch)
 
 
 def critic_update(

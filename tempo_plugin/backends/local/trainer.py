@@ -9,12 +9,14 @@ gradient norm is clipped and AdamW steps once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
 from tempo_plugin.algorithms.losses import clipped_policy_loss
 from tempo_plugin.rollout.samples import TrainSample
+
+T = TypeVar("T")
 
 
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -25,35 +27,45 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 
 
-def micro_batches(samples: Sequence[TrainSample], tokens_per_micro_batch: int) -> list[list[TrainSample]]:
-    ordered = sorted(samples, key=lambda s: len(s.tokens))
-    batches: list[list[TrainSample]] = []
-    current: list[TrainSample] = []
-    for sample in ordered:
-        if current and (len(current) + 1) * len(sample.tokens) > tokens_per_micro_batch:
-            batches.append(current)
-            current = []
-        current.append(sample)
+def chunk_by_token_budget(items: Sequence[T], length: Callable[[T], int], tokens_per_chunk: int) -> list[list[T]]:
+    """Consecutive chunks, in order, whose padded size (count x longest item) fits the budget; an
+    item longer than the budget gets a chunk of its own."""
+    chunks: list[list[T]] = []
+    current: list[T] = []
+    width = 0
+    for item in items:
+        size = length(item)
+        if current and (len(current) + 1) * max(width, size) > tokens_per_chunk:
+            chunks.append(current)
+            current, width = [], 0
+        current.append(item)
+        width = max(width, size)
     if current:
-        batches.append(current)
-    return batches
+        chunks.append(current)
+    return chunks
+
+
+def micro_batches(samples: Sequence[TrainSample], tokens_per_micro_batch: int) -> list[list[TrainSample]]:
+    """Training micro-batches: samples sorted by length (less padding), chunked by the token budget."""
+    ordered = sorted(samples, key=lambda s: len(s.tokens))
+    return chunk_by_token_budget(ordered, lambda s: len(s.tokens), tokens_per_micro_batch)
+
+
+def pad_rows(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """[len(rows), longest row] tensor, each row left-aligned and padded with ``value``."""
+    out = torch.full((len(rows), max(len(row) for row in rows)), value, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+    return out.to(device)
 
 
 def collate(samples: Sequence[TrainSample], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
-    width = max(len(s.tokens) for s in samples)
-
-    def pad(rows, value, dtype):
-        out = torch.full((len(samples), width), value, dtype=dtype)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-        return out.to(device)
-
     return {
-        "input_ids": pad([s.tokens for s in samples], pad_id, torch.long),
-        "attention": pad([[1] * len(s.tokens) for s in samples], 0, torch.long),
-        "loss_mask": pad([s.loss_mask for s in samples], 0, torch.float32),
-        "old_logprobs": pad([s.old_logprobs for s in samples], 0.0, torch.float32),
-        "advantages": pad([s.advantages for s in samples], 0.0, torch.float32),
+        "input_ids": pad_rows([s.tokens for s in samples], pad_id, torch.long, device),
+        "attention": pad_rows([[1] * len(s.tokens) for s in samples], 0, torch.long, device),
+        "loss_mask": pad_rows([s.loss_mask for s in samples], 0, torch.float32, device),
+        "old_logprobs": pad_rows([s.old_logprobs for s in samples], 0.0, torch.float32, device),
+        "advantages": pad_rows([s.advantages for s in samples], 0.0, torch.float32, device),
     }
 
 
