@@ -10,19 +10,15 @@ small model picks up much faster.
 
 from __future__ import annotations
 
-import re
-
 from typing import Sequence
+
+from tempo_plugin.envs.base import without_action_list
 
 CRITIC_SYSTEM_PROMPT = (
     "You judge a text-game agent mid-episode. You see the task, hidden facts the agent cannot see, "
     "and its history. Estimate the probability that the agent eventually wins. "
     "Answer with one line <value>p</value>, p between 0.00 and 1.00."
 )
-
-
-def _without_action_list(observation: str) -> str:
-    return re.split(r"\s+Actions:", observation, maxsplit=1)[0]
 
 
 def critic_messages(
@@ -37,7 +33,7 @@ def critic_messages(
     user = (
         f"Task: {task}\n"
         f"Actions so far: {history}\n"
-        f"Now: {_without_action_list(observation)}\n"
+        f"Now: {without_action_list(observation)}\n"
         f"Round {round_index} of {max_rounds}.\n"
         f"Hidden: {privileged_info}\n"
         "Probability of eventually winning?"

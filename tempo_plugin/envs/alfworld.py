@@ -48,7 +48,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tempo_plugin.envs.base import StepResult, canonical_action
+from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
 
 INSTALL_HINT = "the alfworld environment needs: pip install -e .[alfworld]"
 
@@ -76,7 +76,6 @@ DOWNLOAD_COMMAND = "python -m tempo_plugin.envs.alfworld --download"
 
 _TASK_PATTERN = re.compile(r"Your task is to: (.*?)\.?\s*$", re.DOTALL)
 _OVER = "The game is over."
-_ACTIONS = " Actions: "
 
 
 # ---------------------------------------------------------------------- optional imports
@@ -378,7 +377,7 @@ class ALFWorldEnv:
     def _render(self) -> str:
         if self._done:
             return f"{self._feedback} {_OVER}"
-        return self._feedback + _ACTIONS + ", ".join(self._admissible)
+        return with_action_list(self._feedback, self._admissible)
 
     # ------------------------------------------------------------------ Env protocol
 

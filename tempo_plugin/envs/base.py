@@ -7,8 +7,9 @@ produce the same observations. Observations are plain text and list the admissib
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,19 @@ class Env(Protocol):
     def snapshot(self) -> Any: ...
 
     def restore(self, snapshot: Any) -> None: ...
+
+
+ACTION_LIST_MARKER = "Actions:"
+
+
+def with_action_list(text: str, actions: Sequence[str]) -> str:
+    """The observation format every environment uses: ``text Actions: a, b, c``."""
+    return f"{text} {ACTION_LIST_MARKER} {', '.join(actions)}"
+
+
+def without_action_list(observation: str) -> str:
+    """The observation without its trailing action list (the critic's view)."""
+    return re.split(rf"\s+{ACTION_LIST_MARKER}", observation, maxsplit=1)[0]
 
 
 def canonical_action(text: str) -> str:

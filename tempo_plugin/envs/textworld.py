@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tempo_plugin.envs.base import StepResult, canonical_action
+from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
 
 INSTALL_HINT = "the textworld environment needs: pip install -e .[textworld]"
 GAMES_ENV_VAR = "TEXTWORLD_GAMES"
@@ -388,7 +388,7 @@ class TextWorldEnv:
     def _compose(self) -> str:
         if self._done:
             return self._feedback
-        return f"{self._feedback} Actions: {', '.join(self.admissible_actions())}"
+        return with_action_list(self._feedback, self.admissible_actions())
 
     # ------------------------------------------------------------------ Env protocol
 

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from tempo_plugin.envs.base import StepResult, canonical_action
+from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
 
 PALETTE: tuple[str, ...] = ("red", "blue", "green", "gold", "black", "white", "silver", "amber")
 """Key colours a game draws its keys from."""
@@ -208,17 +208,14 @@ class VaultEnv:
     def _room_text(self) -> str:
         """The description of the current room, ending with its admissible actions."""
         game = self._require_game()
-        actions = ", ".join(self._room_actions())
+        actions = self._room_actions()
         if self._position == KEY_ROOM:
             keys = ", ".join(game.keys)
-            return (
-                f"Key room. A sign says the vault is {game.correct}. Keys: {keys}. "
-                f"Actions: {actions}"
-            )
+            return with_action_list(f"Key room. A sign says the vault is {game.correct}. Keys: {keys}.", actions)
         where = f"Hall {self._position} of {game.length}"
         if self._position == game.length:
             where += ", the vault door"
-        return f"{where}. You hold the {self._held} key. Actions: {actions}"
+        return with_action_list(f"{where}. You hold the {self._held} key.", actions)
 
     def _room_actions(self) -> list[str]:
         """The admissible actions of the current room, ignoring whether the episode is over."""
