@@ -288,6 +288,25 @@ slime_ppo_args() {
   )
 }
 
+# slime_recipe RECIPE_DIR ALGORITHM [ARGS...]: the start every recipe shares. Checks the command
+# line and environment (slime_init), then loads the model's MODEL_ARGS (scripts/models/<dir>.sh),
+# the folder's PERF_ARGS and SGLANG_ARGS (parallel.sh), the shared arrays (slime_shared_args) and
+# WANDB_ARGS. RECIPE_NAME becomes <model folder>-<ALGORITHM>.
+slime_recipe() {
+  local recipe_dir=$1 algorithm=$2
+  shift 2
+  slime_init "$recipe_dir" "$@"   # stops here (exit 2) when a required setting is missing
+  local model
+  model="$(basename "$recipe_dir")"
+  RECIPE_NAME="$model-$algorithm"
+  # shellcheck source=/dev/null
+  source "$TEMPO_ROOT/scripts/models/$model.sh"   # MODEL_ARGS
+  # shellcheck source=/dev/null
+  source "$recipe_dir/parallel.sh"               # PERF_ARGS, SGLANG_ARGS
+  slime_shared_args
+  slime_wandb_args "$RECIPE_NAME"
+}
+
 # slime_wandb_args GROUP: fills WANDB_ARGS, empty unless WANDB_KEY is set.
 # shellcheck disable=SC2034  # WANDB_ARGS is read by slime_launch
 slime_wandb_args() {

@@ -12,14 +12,7 @@ set -euo pipefail
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../slime_common.sh
 source "$RECIPE_DIR/../slime_common.sh"
-slime_init "$RECIPE_DIR" "$@"   # stops here (exit 2) when a required setting is missing
-
-# shellcheck source=../models/qwen3-4B.sh
-source "$TEMPO_ROOT/scripts/models/qwen3-4B.sh"   # MODEL_ARGS
-# shellcheck source=parallel.sh
-source "$RECIPE_DIR/parallel.sh"                        # PERF_ARGS, SGLANG_ARGS
-slime_shared_args   # CLUSTER_ARGS, CKPT_ARGS, EVAL_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, MISC_ARGS
-slime_wandb_args qwen3-4B-grpo   # WANDB_ARGS, empty unless WANDB_KEY is set
+slime_recipe "$RECIPE_DIR" grpo "$@"   # model, parallel and shared arrays; exits 2 on a missing setting
 
 # The baseline hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
 # No --custom-reward-post-process-path: slime's own GRPO normalisation groups the rollout into
@@ -40,4 +33,4 @@ ROLLOUT_ARGS=(
   --global-batch-size 256       # 32 games x 8 episodes: one optimizer step per rollout
 )
 
-slime_launch qwen3-4B-grpo
+slime_launch "$RECIPE_NAME"

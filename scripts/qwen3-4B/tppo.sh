@@ -16,14 +16,7 @@ RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../slime_common.sh
 source "$RECIPE_DIR/../slime_common.sh"
 SLIME_PROMPT_DATA_HINT="python data/prepare_math.py (see that script for its options)"
-slime_init "$RECIPE_DIR" "$@"   # stops here (exit 2) when a required setting is missing
-
-# shellcheck source=../models/qwen3-4B.sh
-source "$TEMPO_ROOT/scripts/models/qwen3-4B.sh"   # MODEL_ARGS
-# shellcheck source=parallel.sh
-source "$RECIPE_DIR/parallel.sh"                        # PERF_ARGS, SGLANG_ARGS
-slime_shared_args   # CLUSTER_ARGS, CKPT_ARGS, EVAL_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, MISC_ARGS
-slime_wandb_args qwen3-4B-tppo   # WANDB_ARGS, empty unless WANDB_KEY is set
+slime_recipe "$RECIPE_DIR" tppo "$@"   # model, parallel and shared arrays; exits 2 on a missing setting
 slime_megatron_config "$RECIPE_DIR/ppo_megatron.yaml"   # MEGATRON_CONFIG: critic lr, gamma, lambd, checkpoints
 
 # The TPPO hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
@@ -40,4 +33,4 @@ PLUGIN_ARGS=(
 slime_ppo_args math 4096   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS
 # No --normalize-advantages: whitening would rescale the tracked-value advantages.
 
-slime_launch qwen3-4B-tppo
+slime_launch "$RECIPE_NAME"
