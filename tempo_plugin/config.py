@@ -19,7 +19,7 @@ class ConfigError(ValueError):
 @dataclass
 class TempoConfig:
     # TEMPO
-    macro_rounds: int = field(default=10, metadata={"help": "H: rounds per macro-step"})
+    macro_rounds: int = field(default=5, metadata={"help": "H: rounds per macro-step"})
     branches: int = field(default=4, metadata={"help": "N: branches rolled out per start state"})
     critic_samples: int = field(default=4, metadata={"help": "K: critic samples trained per start state"})
     endpoint_samples: int = field(default=2, metadata={"help": "critic samples averaged per non-terminal endpoint"})
@@ -28,12 +28,18 @@ class TempoConfig:
     warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
     td_updates: int = field(default=8, metadata={"help": "joint actor+critic TD updates"})
     state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
-    max_episode_steps: int = field(default=40, metadata={"help": "T: rounds per episode (a multiple of H)"})
+    fresh_share: float = field(default=0.25, metadata={"help": "share of every TD batch's start states that are fresh games (round 0); the rest come from the store"})
+    max_state_uses: int = field(default=2, metadata={"help": "a stored state leaves the store after this many uses as a start state (0: never)"})
+    max_episode_steps: int = field(default=30, metadata={"help": "T: rounds per episode (a multiple of H)"})
     r_max: float = field(default=1.0, metadata={"help": "range of the remaining return (critic error scale)"})
+    critic_reward: str = field(default="squared", metadata={
+        "help": "critic reward: abs = -|V-G|/R_max (the method as specified, pushes towards the median) or "
+                "squared = -(V-G)^2/R_max^2 (pushes towards the mean)", "choices": ("abs", "squared")})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
     # algorithm
     advantage_estimator: str = field(default="tempo", metadata={
-        "help": "tempo (multi-turn, --env) or grpo, ppo, tppo (single-turn, --task)",
+        "help": "tempo (multi-turn, --env); grpo (multi-turn on --env: N complete episodes per game, "
+                "or single-turn when --task is given); ppo, tppo (single-turn, --task)",
         "choices": ("tempo", "grpo", "ppo", "tppo")})
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
@@ -41,9 +47,9 @@ class TempoConfig:
     critic_init: str = field(default="zero", metadata={
         "help": "PPO/TPPO: critic head init, zero (V = 1/2 everywhere in TPPO) or small", "choices": ("zero", "small")})
     # environment / task
-    env: str = field(default="vault", metadata={"help": "environment (TEMPO): vault, textworld or alfworld"})
+    env: str = field(default="vaults", metadata={"help": "environment (TEMPO, multi-turn GRPO): vaults (a chain of vaults), vault (one vault), textworld or alfworld"})
     env_data: str = field(default="", metadata={"help": "game directory for textworld/alfworld (default: $TEXTWORLD_GAMES / $ALFWORLD_DATA, else data/<env>)"})
-    task: str = field(default="countdown", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown or math"})
+    task: str = field(default="", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown or math (ppo/tppo default: countdown)"})
     # generation
     max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})
     max_assistant_tokens: int = field(default=12, metadata={"help": "token cap of one actor turn"})
@@ -65,14 +71,27 @@ class TempoConfig:
     cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     # run
-    eval_games: int = field(default=32, metadata={"help": "held-out games for the success rate before and after"})
+    eval_games: int = field(default=64, metadata={"help": "held-out games for the success rate before and after"})
+    max_env_steps: int = field(default=0, metadata={"help": "stop training once the rollouts have taken this many environment steps (0: no limit)"})
+    eval_every: int = field(default=0, metadata={"help": "also measure the success rate every this many updates (0: only before and after)"})
     save_every: int = field(default=5, metadata={"help": "checkpoint every N updates (the final one always)"})
     seed: int = field(default=0, metadata={"help": "random seed"})
     out: str = field(default="runs/tempo-tiny", metadata={"help": "output directory"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --out"})
 
     @property
+    def multi_turn(self) -> bool:
+        """TEMPO, or GRPO on an environment (no --task): episodes of --env rather than single answers."""
+        return self.advantage_estimator == "tempo" or (self.advantage_estimator == "grpo" and not self.task)
+
+    @property
+    def task_name(self) -> str:
+        return self.task or "countdown"
+
+    @property
     def total_updates(self) -> int:
+        if self.advantage_estimator == "grpo" and self.multi_turn:
+            return self.td_updates  # multi-turn GRPO has no critic, so no warm-up
         return self.warmup_updates + self.td_updates
 
     def validate(self) -> "TempoConfig":
@@ -85,7 +104,7 @@ class TempoConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{flag(name)} must be >= 1 (got {getattr(self, name)})")
-        for name in ("warmup_updates", "td_updates", "bootstrap_steps", "eval_games"):
+        for name in ("warmup_updates", "td_updates", "bootstrap_steps", "eval_games", "eval_every", "max_state_uses", "max_env_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
         if self.total_updates < 1:
@@ -102,6 +121,10 @@ class TempoConfig:
         for name in ("r_max", "temperature", "learning_rate", "td_learning_rate"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{flag(name)} must be > 0 (got {getattr(self, name)})")
+        if not 0 <= self.fresh_share <= 1:
+            raise ConfigError(f"--fresh-share must be in [0, 1] (got {self.fresh_share})")
+        if self.critic_reward not in ("abs", "squared"):
+            raise ConfigError(f"--critic-reward must be abs or squared (got {self.critic_reward!r})")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
         for name in ("eps_clip", "eps_clip_high", "weight_decay", "grad_clip"):

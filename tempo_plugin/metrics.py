@@ -7,18 +7,31 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-# The metrics the end-of-run table compares (first vs last value) with the phase they are read
-# over (None: every update), and the ones the curves plot.
-SUMMARY_METRICS: dict[str, str | None] = {
-    "critic/abs_error_mean": None,
-    "critic/value_corr": "warmup",
-    "critic/parse_failure_rate": None,
-    "actor/segment_reward_mean": "td",
-    "actor/degenerate_group_rate": "td",
-    "td/fresh_states": "td",
-}
-PLOTTED_METRICS = tuple(SUMMARY_METRICS) + ("actor/value_gap_zero_reward", "store/size", "train/loss")
+# The metrics the end-of-run table compares (first value, last value, mean of the last quarter)
+# with the phase they are read over (None: every update), and the ones the curves plot.
+SUMMARY_METRICS: tuple[tuple[str, str | None], ...] = (
+    ("critic/abs_error_mean", None),
+    ("critic/value_corr", "warmup"),
+    ("critic/value_corr", "td"),
+    ("critic/identical_group_rate", None),
+    ("critic/parse_failure_rate", None),
+    ("actor/segment_reward_mean", "td"),
+    ("actor/degenerate_group_rate", "td"),
+    ("train/actor_samples", "td"),
+    ("td/fresh_states", "td"),
+    ("td/start_round_mean", "td"),
+    ("rollout/success_rate", "grpo"),
+    ("actor/degenerate_group_rate", "grpo"),
+    ("train/actor_samples", "grpo"),
+)
+PLOTTED_METRICS = ("critic/abs_error_mean", "critic/value_corr", "critic/identical_group_rate",
+                   "actor/segment_reward_mean", "actor/degenerate_group_rate", "train/actor_samples",
+                   "td/start_round_mean", "actor/value_gap_zero_reward", "store/size", "train/loss",
+                   "rollout/success_rate", "eval/success_rate")
 SUCCESS_RATE = "eval/success_rate"
+ENV_STEPS = "rollout/env_steps_total"  # environment steps (rounds) of every rollout so far, evaluations excluded
+IDENTICAL_WARNING = 0.9  # warn when critic/identical_group_rate stays at or above this ...
+IDENTICAL_PATIENCE = 3  # ... for this many consecutive updates
 
 
 class MetricsLog:
@@ -52,28 +65,54 @@ def first_last(records: Iterable[dict[str, Any]], key: str, phase: str | None = 
     return (values[0], values[-1]) if values else (None, None)
 
 
+def last_quarter_mean(records: Iterable[dict[str, Any]], key: str, phase: str | None = None) -> float | None:
+    """Mean of the metric over the last quarter (at least one) of the updates of ``phase`` that have it."""
+    values = [r[key] for r in records if r.get(key) is not None and (phase is None or r.get("phase") == phase)]
+    if not values:
+        return None
+    tail = values[-max(1, len(values) // 4):]
+    return sum(tail) / len(tail)
+
+
+Row = tuple[str, str, "float | None", "float | None", "float | None"]
+
+
 def summary_rows(
     records: list[dict[str, Any]],
-    metrics: dict[str, str | None] = SUMMARY_METRICS,
+    metrics: Iterable[tuple[str, str | None]] = SUMMARY_METRICS,
     eval_metric: str = SUCCESS_RATE,
-) -> list[tuple[str, str, float | None, float | None]]:
-    """(metric, span, first, last) rows: phase-specific metrics over their phase, then base -> final eval."""
+) -> list[Row]:
+    """(metric, span, first, last, last-quarter mean) rows for the metrics present, phase-specific
+    metrics over their phase; then base -> final evaluation."""
     rows = []
-    for key, span in metrics.items():
+    for key, span in metrics:
         first, last = first_last(records, key, span)
-        rows.append((key, span or "all", first, last))
+        if first is not None:
+            rows.append((key, span or "all", first, last, last_quarter_mean(records, key, span)))
     evals = [r for r in records if r.get("phase") == "eval"]
     if evals:
-        rows.append((eval_metric, "base -> final", evals[0].get(eval_metric), evals[-1].get(eval_metric) if len(evals) > 1 else None))
+        final = evals[-1].get(eval_metric) if len(evals) > 1 else None
+        rows.append((eval_metric, "base -> final", evals[0].get(eval_metric), final, None))
     return rows
 
 
-def format_table(rows: list[tuple[str, str, float | None, float | None]]) -> str:
+def summary_dict(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """summary.json: one entry per row, keyed by the metric ("metric (span)" where a metric has several spans)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row[0]] = counts.get(row[0], 0) + 1
+    return {
+        (key if counts[key] == 1 else f"{key} ({span})"): {"span": span, "first": a, "last": b, "last_quarter_mean": q}
+        for key, span, a, b, q in rows
+    }
+
+
+def format_table(rows: list[Row]) -> str:
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}"
 
-    lines = [f"{'metric':<30} {'span':<14} {'first':>8} {'last':>8}", "-" * 63]
-    lines += [f"{k:<30} {span:<14} {fmt(a):>8} {fmt(b):>8}" for k, span, a, b in rows]
+    lines = [f"{'metric':<30} {'span':<14} {'first':>8} {'last':>8} {'last 1/4':>9}", "-" * 73]
+    lines += [f"{k:<30} {span:<14} {fmt(a):>8} {fmt(b):>8} {fmt(q):>9}" for k, span, a, b, q in rows]
     return "\n".join(lines)
 
 

@@ -35,23 +35,23 @@ from tempo_plugin.backends.local.critic import ValueModel, token_increments, val
 from tempo_plugin.backends.local.model import load_policy, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer, chunk_by_token_budget, pad_rows
+from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.config import ConfigError, TempoConfig
-from tempo_plugin.metrics import MetricsLog, format_table, plot_curves, summary_rows
+from tempo_plugin.metrics import MetricsLog, format_table, plot_curves, summary_dict, summary_rows
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
 
 ACCURACY = "eval/accuracy"
 EVAL_SEED = 2_000_000_000  # held-out problems, never reached by training seeds
-GRPO_STD_EPSILON = 1e-6
-SUMMARY: dict[str, str | None] = {
-    "rollout/accuracy": None,
-    "critic/explained_variance": None,
-    "critic/value_mean": None,
-    "critic/bce": None,
-    "critic/mse": None,
-    "actor/adv_mean": "train",
-}
+SUMMARY: tuple[tuple[str, str | None], ...] = (
+    ("rollout/accuracy", None),
+    ("critic/explained_variance", None),
+    ("critic/value_mean", None),
+    ("critic/bce", None),
+    ("critic/mse", None),
+    ("actor/adv_mean", "train"),
+)
 PLOTTED = ("rollout/accuracy", "critic/explained_variance", "critic/value_mean", "critic/bce", "critic/mse",
            "actor/adv_abs_mean", "train/loss")
 
@@ -70,9 +70,9 @@ def make_task(cfg: TempoConfig) -> Any:
     from tempo_plugin.backends.local.task_bootstrap import tiny_countdown
     from tempo_plugin.tasks import make_task as make_named_task
 
-    if cfg.task == "countdown" and not cfg.model:
+    if cfg.task_name == "countdown" and not cfg.model:
         return tiny_countdown()  # the variant the built-in tiny model is bootstrapped on
-    return make_named_task(cfg.task)
+    return make_named_task(cfg.task_name)
 
 
 def sample_responses(
@@ -88,16 +88,6 @@ def sample_responses(
                  float(task.reward(c.text, problems[i // n].label)))
         for i, c in enumerate(completions)
     ]
-
-
-def grpo_advantages(rewards: Sequence[float], group_size: int) -> list[float]:
-    """(R_i - mean_g) / (std_g + eps) within consecutive groups of ``group_size`` (population std)."""
-    out = []
-    for start in range(0, len(rewards), group_size):
-        group = rewards[start:start + group_size]
-        mean, std = statistics.fmean(group), statistics.pstdev(group)
-        out += [(r - mean) / (std + GRPO_STD_EPSILON) for r in group]
-    return out
 
 
 def critic_outputs(critic: ValueModel, responses: Sequence[Response], pad_id: int) -> list[torch.Tensor]:
@@ -268,7 +258,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     log.close()
     rows = summary_rows(log.records, SUMMARY, ACCURACY)
     plot_curves(log.records, out / "curves.png", PLOTTED)
-    summary = {key: {"span": span, "first": a, "last": b} for key, span, a, b in rows}
+    summary = summary_dict(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     model.save_pretrained(out / "policy")
     tokenizer.save_pretrained(out / "policy")

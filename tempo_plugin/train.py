@@ -2,7 +2,9 @@
 
 Loads the policy (a local HF model directory, or the bootstrapped built-in tiny model), measures
 the base success rate on held-out games, runs the critic warm-up (Monte-Carlo targets) and the TD
-phase (actor and critic in one update), then measures the final success rate. Writes to --out:
+phase (actor and critic in one update), then measures the final success rate. With
+``--advantage-estimator grpo`` and no ``--task`` the same loop runs multi-turn GRPO (complete
+episodes, episode return) instead of the two phases. Writes to --out:
 config.yaml, metrics.jsonl, curves.png, summary.json and checkpoints/latest (resume with --resume).
 """
 
@@ -14,7 +16,7 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,20 @@ from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, parse_config
 from tempo_plugin.envs import env_factory
-from tempo_plugin.metrics import SUCCESS_RATE, MetricsLog, format_table, plot_curves, summary_rows
+from tempo_plugin.metrics import (
+    ENV_STEPS,
+    IDENTICAL_PATIENCE,
+    IDENTICAL_WARNING,
+    SUCCESS_RATE,
+    MetricsLog,
+    format_table,
+    plot_curves,
+    summary_dict,
+    summary_rows,
+)
 from tempo_plugin.rollout.games import eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
-from tempo_plugin.rollout.updates import TempoRollout
+from tempo_plugin.rollout.updates import TempoRollout, start_states
 from tempo_plugin.states.store import StateStore
 
 
@@ -41,6 +53,9 @@ class Progress:
     next_update: int = 0
     game_cursor: int = 0
     base_success: float | None = None
+    env_steps: int = 0  # environment steps of all training rollouts so far
+    start_depths: dict[str, int] = field(default_factory=dict)  # TD start states by macro index
+    identical_streak: int = 0  # consecutive updates with a collapsed critic (IDENTICAL_WARNING)
 
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
@@ -127,10 +142,14 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         store, progress = load_checkpoint(checkpoint, optimizer)
     log = MetricsLog(out / "metrics.jsonl", keep_updates_below=progress.next_update if cfg.resume else None)
 
+    def evaluate(update: int, what: str) -> float:
+        print(f"measuring the {what} policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
+        rate = rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
+        log.log({"phase": "eval", "update": update, SUCCESS_RATE: rate, ENV_STEPS: float(progress.env_steps)})
+        return rate
+
     if progress.base_success is None and cfg.eval_games > 0:
-        print(f"measuring the base policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
-        progress.base_success = rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
-        log.log({"phase": "eval", "update": -1, SUCCESS_RATE: progress.base_success})
+        progress.base_success = evaluate(-1, "base")
 
     def next_game() -> int:
         progress.game_cursor += 1
@@ -140,20 +159,29 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                total=cfg.total_updates, desc="TEMPO", unit="update")
     for update in bar:
         tic = time.perf_counter()
-        if update < cfg.warmup_updates:
+        if cfg.advantage_estimator == "grpo":
+            phase = "grpo"
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.td_learning_rate
+            batch = rollout.episode_update(update, [next_game() for _ in range(cfg.states_per_batch)])
+        elif update < cfg.warmup_updates:
             phase = "warmup"
             batch = rollout.warmup_update(update, [next_game() for _ in range(cfg.warmup_games_per_batch)])
         else:
             phase = "td"
             for group in optimizer.param_groups:
                 group["lr"] = cfg.td_learning_rate
-            batch = rollout.td_update(update, store.sample(cfg.states_per_batch), next_game)
+            batch = rollout.td_update(update, start_states(store, cfg), next_game)
         train_tic = time.perf_counter()
         train_metrics = trainer.step(batch.samples)
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
         total_seconds = time.perf_counter() - tic
-        metrics = {"phase": phase, "update": update, **batch.metrics, **train_metrics, "store/size": float(len(store))}
+        progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
+        for depth in batch.start_depths:
+            progress.start_depths[str(depth)] = progress.start_depths.get(str(depth), 0) + 1
+        metrics = {"phase": phase, "update": update, **batch.metrics, **train_metrics, "store/size": float(len(store)),
+                   ENV_STEPS: float(progress.env_steps)}
         accounted = metrics["time/rollout"] + metrics["time/critic"] + train_seconds
         metrics.update({
             "time/train": train_seconds,
@@ -162,26 +190,51 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             "throughput/train_tokens_per_s": train_metrics.get("train/tokens", 0.0) / max(train_seconds, 1e-9),
         })
         log.log(metrics)
-        bar.set_postfix(phase=phase, err=f"{metrics['critic/abs_error_mean']:.3f}",
-                        parse_fail=f"{metrics['critic/parse_failure_rate']:.2f}")
+        if phase == "grpo":
+            bar.set_postfix(phase=phase, success=f"{metrics['rollout/success_rate']:.2f}")
+        else:
+            bar.set_postfix(phase=phase, err=f"{metrics['critic/abs_error_mean']:.3f}",
+                            corr=f"{metrics.get('critic/value_corr', float('nan')):.2f}")
+            warn_if_critic_collapsed(metrics.get("critic/identical_group_rate", 0.0), progress, update)
         progress.next_update = update + 1
-        if progress.next_update % cfg.save_every == 0 or progress.next_update == cfg.total_updates:
+        if cfg.eval_every and cfg.eval_games > 0 and progress.next_update % cfg.eval_every == 0 \
+                and progress.next_update < cfg.total_updates and not 0 < cfg.max_env_steps <= progress.env_steps:
+            evaluate(progress.next_update, "current")
+        out_of_budget = 0 < cfg.max_env_steps <= progress.env_steps
+        if progress.next_update % cfg.save_every == 0 or progress.next_update == cfg.total_updates or out_of_budget:
             save_checkpoint(checkpoint, model, tokenizer, optimizer, store, progress)
+        if out_of_budget:
+            print(f"\n--max-env-steps {cfg.max_env_steps} reached after {progress.next_update} updates", flush=True)
+            break
     bar.close()
 
     if cfg.eval_games > 0:
-        print(f"measuring the trained policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
-        final = rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
-        log.log({"phase": "eval", "update": cfg.total_updates, SUCCESS_RATE: final})
+        evaluate(progress.next_update, "trained")
     log.close()
     records = log.records
     rows = summary_rows(records)
     plot_curves(records, out / "curves.png")
-    summary = {key: {"span": span, "first": a, "last": b} for key, span, a, b in rows}
+    summary = summary_dict(rows)
+    depths = dict(sorted(progress.start_depths.items(), key=lambda kv: int(kv[0])))
+    summary["td/start_depth_histogram"] = depths
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(format_table(rows))
+    if depths:
+        print("TD start states by macro-step index (0 = fresh game): "
+              + ", ".join(f"{d}: {n}" for d, n in depths.items()))
     print(f"outputs: {out}/ (metrics.jsonl, curves.png, summary.json, config.yaml, checkpoints/latest)")
     return summary
+
+
+def warn_if_critic_collapsed(identical_rate: float, progress: Progress, update: int) -> None:
+    """Print a warning when the K critic samples are identical strings in most groups for
+    IDENTICAL_PATIENCE updates in a row: every critic advantage is then 0 and the critic cannot
+    learn, however wrong its value is."""
+    progress.identical_streak = progress.identical_streak + 1 if identical_rate >= IDENTICAL_WARNING else 0
+    if progress.identical_streak == IDENTICAL_PATIENCE:
+        print(f"\nwarning: update {update}: the critic's K samples have been identical in >= {IDENTICAL_WARNING:.0%} "
+              f"of the groups for {IDENTICAL_PATIENCE} updates; its critic advantages are 0 and it no longer learns "
+              "(try a lower --learning-rate, more --critic-samples, or --temperature above 1)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError("--resume needs --out DIR naming the run to continue")
             cfg.out = f"runs/{cfg.advantage_estimator}-{time.strftime('%Y%m%d-%H%M%S')}"
         torch.set_num_threads(max(1, min(os.cpu_count() or 1, 16)))
-        if cfg.advantage_estimator == "tempo":
+        if cfg.multi_turn:
             run(cfg)
         else:
             from tempo_plugin.single_turn import run as run_single_turn

@@ -11,8 +11,14 @@ For one start state s with branches n = 1..N, each branch rolled out for at most
 For the critic at s with K sampled estimates V_k (None = the completion did not parse):
 
     e_k  = |V_k - G| / R_max              estimation error, 1 for a parse failure
-    r_k  = -e_k                           critic reward (-1 = -R_max/R_max for a parse failure)
+    r_k  = -e_k                           critic reward "abs" (the method as specified)
+    r_k  = -e_k^2                         critic reward "squared" = -(V_k - G)^2 / R_max^2
     A_k  = r_k - (1/K) sum_j r_j          critic advantage (mean-centred, no std division)
+
+A parse failure gets r_k = -1, the worst reward of either kind. Over the states a critic cannot
+tell apart, the expected "abs" reward is maximised by the *median* of G and the "squared" one by
+its *mean*: with 0/1 outcomes and a success rate below 1/2 the median is 0, so "abs" pushes an
+undiscriminating critic to answer 0 everywhere, while "squared" pushes it to the success rate.
 
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
@@ -88,16 +94,22 @@ def actor_signals(
     )
 
 
+CRITIC_REWARDS = ("abs", "squared")
+
+
 def critic_signals(
-    estimates: Sequence[float | None], value_target: float, r_max: float = 1.0
+    estimates: Sequence[float | None], value_target: float, r_max: float = 1.0, reward: str = "abs"
 ) -> CriticSignals:
-    """e_k = |V_k - G| / R_max (1 if V_k is None); r_k = -e_k; A_k = r_k - mean_j r_j."""
+    """e_k = |V_k - G| / R_max (1 if V_k is None); r_k = -e_k ("abs") or -e_k^2 ("squared");
+    A_k = r_k - mean_j r_j."""
     if len(estimates) == 0:
         raise ValueError("critic_signals needs K >= 1 estimates")
     if not r_max > 0:
         raise ValueError(f"r_max must be > 0 (--r-max), got {r_max}")
+    if reward not in CRITIC_REWARDS:
+        raise ValueError(f"critic reward must be one of {CRITIC_REWARDS} (--critic-reward), got {reward!r}")
     errors = [1.0 if v is None else abs(float(v) - value_target) / r_max for v in estimates]
-    rewards = [-e for e in errors]
+    rewards = [-e if reward == "abs" else -e * e for e in errors]
     mean_reward = sum(rewards) / len(rewards)
     advantages = [r - mean_reward for r in rewards]
     return CriticSignals(

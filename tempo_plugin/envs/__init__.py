@@ -1,7 +1,7 @@
 """TEMPO environments: the Env protocol and the registry of environments.
 
 ``make(name, **options)`` builds an environment by the name given with ``--env``. The vault is
-built in; TextWorld and ALFWorld need their optional extras and are imported only when chosen.
+built in (``vaults``, the default chain of vaults, and ``vault``, one vault); TextWorld and ALFWorld need their optional extras and are imported only when chosen.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from tempo_plugin.envs.base import Env, StepResult, canonical_action
 from tempo_plugin.envs.vault import VaultEnv, VaultSnapshot
 
 ENVS: dict[str, str] = {
+    "vaults": "tempo_plugin.envs.chain:VaultChainEnv",
     "vault": "tempo_plugin.envs.vault:VaultEnv",
     "textworld": "tempo_plugin.envs.textworld:TextWorldEnv",
     "alfworld": "tempo_plugin.envs.alfworld:ALFWorldEnv",
 }
 """Environments by the name ``--env`` accepts: ``module:class``, imported on first use."""
+BUILT_IN = ("vaults", "vault")
+"""The generated games (no game files): the chain of vaults (default) and the one-vault game."""
 
 
 def env_class(name: str) -> type:
@@ -43,8 +46,8 @@ def env_options(name: str, max_steps: int, data_dir: str = "") -> dict[str, Any]
     """Constructor options from the run settings (``--max-episode-steps``, ``--env-data``)."""
     options: dict[str, Any] = {"max_steps": max_steps}
     if data_dir:
-        if name == "vault":
-            raise ValueError("--env-data is for environments with game files (textworld, alfworld), not the vault")
+        if name in BUILT_IN:
+            raise ValueError(f"--env-data is for environments with game files (textworld, alfworld), not {name}")
         options["data_dir"] = data_dir
     return options
 

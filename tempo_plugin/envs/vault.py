@@ -304,6 +304,10 @@ class VaultEnv:
             return f"{head} Plan: open vault (1 step)."
         return f"{head} Plan: north x{remaining}, open vault ({remaining + 1} steps)."
 
+    def winnable(self) -> bool:
+        """Whether some plan still wins from here (the decisive hidden fact)."""
+        return not self.done and (self._held is None or self._held == self._require_game().correct)
+
     def expert_action(self) -> Optional[str]:
         """The first action of the optimal plan, or None when the game is over or lost."""
         game = self._require_game()

@@ -3,22 +3,29 @@
 Warm-up update (critic only): complete episodes (H := T) from fresh games; boundary states at
 rounds H, 2H, ... get K critic samples each, trained towards the Monte-Carlo outcome G = 1[won].
 
-TD update (actor + critic): start states from the store topped up with fresh games; each restored
-(a mismatch drops the state, counts it and takes a fresh game instead); N branches x <= H rounds;
-K critic samples at every start state and ``endpoint_samples`` at every non-terminal endpoint;
-signals from ``algorithms.tempo``; non-terminal endpoints become new store states.
+TD update (actor + critic): start states from the store (``start_states``: all but a
+``--fresh-share`` of the batch, each stored state used at most ``--max-state-uses`` times) topped
+up with fresh games; each restored (a mismatch drops the state, counts it and takes a fresh game
+instead); N branches x <= H rounds; K critic samples at every start state and ``endpoint_samples``
+at every non-terminal endpoint; signals from ``algorithms.tempo``; non-terminal endpoints become
+new store states.
+
+Episode update (multi-turn GRPO, the baseline): N complete episodes of each game through the same
+engine; every action of an episode gets the group-relative advantage of its return.
 
 A runtime supplies the Sampler and applies the returned training samples.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Sequence
 
+from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.stats import mean, pearson
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
 from tempo_plugin.config import TempoConfig
@@ -30,6 +37,9 @@ from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingP
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
 from tempo_plugin.states.restore import RestoreError, restore_env
 from tempo_plugin.states.state import MacroState
+from tempo_plugin.states.store import StateStore
+
+RESTORE_ATTEMPTS_PER_STATE = 4  # a TD batch gives up after S x this many failed restores
 
 
 @dataclass
@@ -37,6 +47,20 @@ class UpdateBatch:
     samples: list[TrainSample]
     metrics: dict[str, float]
     new_states: list[MacroState] = field(default_factory=list)
+    start_depths: list[int] = field(default_factory=list)  # macro index of each TD start state
+
+
+def start_states(store: StateStore, cfg: TempoConfig) -> list[MacroState]:
+    """The stored start states of one TD update: S - ceil(fresh_share x S) of them (fewer while the
+    store is small); ``td_update`` fills the rest of the batch with fresh games (round 0). Each
+    stored state leaves the store once it has started ``max_state_uses`` macro-steps.
+
+    The reference tops up with fresh games only while the store holds fewer than S states, so after
+    the first TD update no round-0 state is trained again; the fresh share keeps every depth of
+    the episode in the start distribution.
+    """
+    fresh = math.ceil(cfg.fresh_share * cfg.states_per_batch)
+    return store.sample(cfg.states_per_batch - fresh, cfg.max_state_uses)
 
 
 @dataclass(frozen=True)
@@ -98,7 +122,7 @@ class TempoRollout:
 
     def critic_samples(self, call: CriticCall, target: float, group: int) -> tuple[list[TrainSample], list[float]]:
         """Critic training samples for one state (none if degenerate) and the K errors."""
-        signals = critic_signals(call.values, target, self.cfg.r_max)
+        signals = critic_signals(call.values, target, self.cfg.r_max, self.cfg.critic_reward)
         samples = []
         if not signals.degenerate:
             for completion, advantage, reward in zip(call.completions, signals.advantages, signals.rewards):
@@ -114,8 +138,13 @@ class TempoRollout:
         values = [v for c in calls for v in c.values]
         answered = [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets)
                     if any(v is not None for v in c.values)]
+        answered_calls = [c for c in calls if c.completions]
+        parsed = {v for v in values if v is not None}
         metrics = {
             "critic/parse_failure_rate": mean([float(v is None) for v in values]),
+            # K identical completions: every critic advantage of the group is 0, whatever the error
+            "critic/identical_group_rate": mean([float(len({x.text for x in c.completions}) == 1) for c in answered_calls]),
+            "critic/distinct_values": float(len(parsed)),
             "critic/prompt_too_long_rate": mean([float(not c.completions) for c in calls]),
             "critic/mean_estimate_mean": mean([a for a, _ in answered]),
             "critic/value_target_mean": mean(list(targets)),
@@ -201,6 +230,11 @@ class TempoRollout:
         fresh = 0
         pending = list(starts)
         while len(groups) < cfg.states_per_batch:
+            if restore_failures >= RESTORE_ATTEMPTS_PER_STATE * cfg.states_per_batch:
+                raise RuntimeError(
+                    f"TD update {update}: {restore_failures} restores failed while filling {cfg.states_per_batch} "
+                    f"start states; the environment ({cfg.env}) does not reproduce its saved states (try --restore replay)"
+                )
             if pending:
                 state = pending.pop(0)
             else:
@@ -258,6 +292,7 @@ class TempoRollout:
             "td/restore_failures": float(restore_failures),
             "td/new_endpoints": float(len(new_states)),
             "td/macro_index_mean": mean([float(s.macro_index) for s in start_states]),
+            "td/start_round_mean": mean([float(s.round_index) for s in start_states]),
             "actor/segment_reward_mean": mean([b.segment_reward for b in branches]),
             "actor/macro_boundary_rate": mean([float(not b.terminal) for b in branches]),
             "actor/degenerate_group_rate": mean(degenerate),
@@ -274,7 +309,36 @@ class TempoRollout:
             "time/critic": critic_seconds,
             "time/env": env_seconds,
         }
-        return UpdateBatch(samples=samples, metrics=metrics, new_states=new_states)
+        return UpdateBatch(samples=samples, metrics=metrics, new_states=new_states,
+                           start_depths=[s.macro_index for s in start_states])
+
+    # -- multi-turn GRPO (the baseline) ---------------------------------------------------------------
+
+    def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
+        """N = --branches complete episodes of each game; A_i = (R_i - mean) / (std + eps) over the
+        game's episodes (``algorithms.grpo``), R_i the episode return, on every action of episode i."""
+        cfg = self.cfg
+        tic = time.perf_counter()
+        branches = self.play_episodes(games, seed=update, episodes_per_game=cfg.branches)
+        rollout_seconds = time.perf_counter() - tic
+        returns = [b.segment_reward for b in branches]
+        advantages = grpo_advantages(returns, cfg.branches)
+        samples = [
+            make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
+            for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
+        ]
+        groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games))]
+        metrics = {
+            "rollout/success_rate": mean([float(b.won) for b in branches]),
+            "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
+            "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
+            **rollout_metrics([r for b in branches for r in b.rounds]),
+            "train/actor_samples": float(len(samples)),
+            "train/critic_samples": 0.0,
+            "time/rollout": rollout_seconds,
+            "time/critic": 0.0,
+        }
+        return UpdateBatch(samples=samples, metrics=metrics)
 
     # -- evaluation -----------------------------------------------------------------------------------
 

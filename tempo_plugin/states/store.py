@@ -1,4 +1,4 @@
-"""Bounded FIFO store of MacroStates with uniform sampling without replacement."""
+"""Bounded FIFO store of MacroStates with uniform sampling without replacement and a reuse cap."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from tempo_plugin.states.state import MacroState
 
 
 class StateStore:
-    """``add`` appends and evicts the oldest beyond ``capacity``; ``sample(k)`` returns
-    min(k, size) distinct states uniformly at random and leaves them in the store."""
+    """``add`` appends and evicts the oldest beyond ``capacity``; ``sample(k, max_uses)`` returns
+    min(k, size) distinct states uniformly at random. A sampled state stays in the store until it
+    has been sampled ``max_uses`` times (0: forever, as in the reference implementation)."""
 
     def __init__(self, capacity: int, seed: int) -> None:
         if capacity < 1:
             raise ValueError(f"state store capacity must be >= 1 (--state-store-capacity), got {capacity}")
         self.capacity = capacity
         self._states: deque[MacroState] = deque(maxlen=capacity)
+        self._uses: deque[int] = deque(maxlen=capacity)  # times each state was sampled
         self._rng = random.Random(seed)
 
     def __len__(self) -> int:
@@ -32,22 +34,32 @@ class StateStore:
         added = 0
         for state in states:
             self._states.append(state)
+            self._uses.append(0)
             added += 1
         return added
 
-    def sample(self, k: int) -> list[MacroState]:
-        k = min(k, len(self._states))
+    def sample(self, k: int, max_uses: int = 0) -> list[MacroState]:
+        k = min(max(k, 0), len(self._states))
         indices = self._rng.sample(range(len(self._states)), k)
-        return [self._states[i] for i in indices]
+        picked = [self._states[i] for i in indices]
+        for i in indices:
+            self._uses[i] += 1
+        if max_uses > 0:
+            keep = [(s, u) for s, u in zip(self._states, self._uses) if u < max_uses]
+            self._states = deque((s for s, _ in keep), maxlen=self.capacity)
+            self._uses = deque((u for _, u in keep), maxlen=self.capacity)
+        return picked
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "states": list(self._states), "rng": self._rng.getstate()}
+        return {"capacity": self.capacity, "states": list(self._states), "uses": list(self._uses), "rng": self._rng.getstate()}
 
     @classmethod
     def from_state_dict(cls, payload: dict, capacity: int | None = None) -> "StateStore":
         """The saved store; with a different ``capacity`` it keeps the newest states that fit."""
         store = cls(capacity or payload["capacity"], seed=0)
+        uses = payload.get("uses", [0] * len(payload["states"]))  # stores saved before the reuse cap
         store._states.extend(payload["states"])
+        store._uses.extend(uses)
         store._rng.setstate(payload["rng"])
         return store
 

@@ -1,11 +1,19 @@
-"""Supervised format bootstrap for the tiny random-init model (a real model skips it).
+"""Supervised format bootstrap of the tiny model on the vault games (``vaults`` and ``vault``).
 
-It teaches formats only. Actor demonstrations are noisy walkthroughs: the key is chosen uniformly
-at random in half of them (the sign is ignored) and 20% of the later moves are random admissible actions, so the
-policy is valid but has clear room to improve. Critic demonstrations carry uniformly random values
-in the ``<value>`` format after a short reasoning that restates the decisive hidden fact (whether a
-plan can still win), so the critic starts uninformative and value
-learning happens in the warm-up and TD phases, where the run measures it.
+A real model skips it. Actor demonstrations are noisy walkthroughs: in a key room the key is
+chosen uniformly among the keys there in KEY_NOISE of the decisions (the sign is ignored), a slip
+names a palette colour that may not be there (the demonstration then recovers), and ACTOR_NOISE of
+the hall moves are random admissible actions; so the policy is valid but has clear room to improve.
+Extra key-room decisions (the prompt up to a key room, one action trained) give the small model
+enough examples of reading the sign to *be able* to pick the right key; how often it does so is what
+RL has to raise.
+
+Critic demonstrations are a short reasoning that restates the decisive hidden fact, followed by a
+value tied to it: "No plan can win." is followed by 0.00 (exact: the privileged information says
+so); "A plan can still win." (with the vaults left) is followed by a *uniformly random* value, since
+the probability of winning from a winnable state depends on the policy and is what the warm-up and
+TD phases must learn. (An earlier bootstrap gave random values after both reasonings: the value was
+unrelated to the reasoning, "1.00" was a rare string, and the critic collapsed to one answer.)
 
 Demonstrations are rendered with the same ChatProtocol as the rollouts (same token extension), on
 games from a seed range disjoint from training and evaluation.
@@ -20,15 +28,17 @@ from typing import Callable, Iterator
 import torch
 
 from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_value
-from tempo_plugin.envs.vault import PALETTE, VaultEnv
+from tempo_plugin.envs import make
+from tempo_plugin.envs.base import Env
+from tempo_plugin.envs.vault import PALETTE, TAKE_PREFIX
 from tempo_plugin.backends.local.trainer import collate, token_logprobs
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
 from tempo_plugin.rollout.samples import ACTOR, make_sample
 
 DEMO_GAME_OFFSET = 3_000_000_000
 ACTOR_NOISE = 0.2  # share of random admissible moves in the halls
-KEY_NOISE = 0.5  # share of demonstrations that take a uniformly random key
-SLIP = 0.15  # chance of asking for a random palette colour in the key room
+KEY_NOISE = 0.5  # share of key-room decisions that take a uniformly random key of the room
+SLIP = 0.05  # chance of asking for a random palette colour in a key room
 
 
 @dataclass(frozen=True)
@@ -37,116 +47,152 @@ class Demo:
     loss_mask: list[int]
 
 
-def noisy_walkthrough_action(env: VaultEnv, rng: random.Random) -> str:
+def in_key_room(env: Env) -> bool:
     actions = env.admissible_actions()
-    if env.position == 0:
+    return bool(actions) and all(a.startswith(TAKE_PREFIX) for a in actions)
+
+
+def noisy_walkthrough_action(env: Env, rng: random.Random) -> str:
+    actions = env.admissible_actions()
+    if in_key_room(env):
         if rng.random() < SLIP:  # a slip (maybe a key that is not there): the demo then recovers
-            return f"take {rng.choice(PALETTE)}"
-        return rng.choice(actions) if rng.random() < KEY_NOISE else f"take {env.game.correct}"
+            return f"{TAKE_PREFIX}{rng.choice(PALETTE)}"
+        return rng.choice(actions) if rng.random() < KEY_NOISE else env.expert_action()
     if rng.random() < ACTOR_NOISE:
         return rng.choice(actions)
     return env.expert_action() or ("open vault" if "open vault" in actions else "north")
 
 
-def critic_reasoning(env: VaultEnv, round_index: int, max_steps: int) -> str:
-    """The critic's short reasoning before its value: the decisive hidden fact, restated.
-
-    The bootstrap teaches this format (reasoning, then ``<value>``) with random values, so the
-    reasoning carries no value information itself; RL then learns which values follow it.
-    """
+def critic_reasoning(env: Env) -> str:
+    """The critic's short reasoning before its value: the decisive hidden fact, restated."""
     if env.done:
         return "The episode is over."
-    if env.held is not None and env.held != env.game.correct:
+    if not env.winnable():
         return "No plan can win."
-    return "A plan can still win."
+    left = getattr(env, "vaults_left", None)
+    return "A plan can still win." if left is None else f"A plan can still win. Vaults left: {left}."
 
 
-def demo_texts(env: VaultEnv, rng: random.Random, max_steps: int) -> Iterator[tuple[str, list[str], str, str, int, str]]:
-    """(first observation, actions, observation, privileged info, round, critic reasoning) along
-    one noisy episode."""
-    first = env.observation
+def critic_value(env: Env, rng: random.Random) -> float:
+    """The demonstrated value: 0 where no plan can win, else uniformly random."""
+    return rng.random() if env.winnable() else 0.0
+
+
+def demo_texts(env: Env, rng: random.Random, max_steps: int) -> Iterator[tuple[list[str], str, str, int, str, float]]:
+    """(actions, observation, privileged info, round, critic reasoning, critic value) after each
+    round of one noisy episode."""
     actions: list[str] = []
     while not env.done and len(actions) < max_steps:
         actions.append(noisy_walkthrough_action(env, rng))
         env.step(actions[-1])
-        reasoning = critic_reasoning(env, len(actions), max_steps)
-        yield first, list(actions), env.observation, env.privileged_info(), len(actions), reasoning
+        yield list(actions), env.observation, env.privileged_info(), len(actions), critic_reasoning(env), critic_value(env, rng)
 
 
-def actor_demo(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Random, max_steps: int) -> Demo:
+def noisy_key_action(env: Env, rng: random.Random) -> str:
+    """The demonstrated key-room decision (the same rule as inside the episodes)."""
+    if rng.random() < SLIP:
+        return f"{TAKE_PREFIX}{rng.choice(PALETTE)}"
+    return rng.choice(env.admissible_actions()) if rng.random() < KEY_NOISE else env.expert_action()
+
+
+def actor_demos(protocol: ChatProtocol, env: Env, seed: int, rng: random.Random, max_steps: int) -> list[Demo]:
+    """One noisy episode (every action trained), plus one demonstration per key room it reached:
+    the episode's tokens up to that room and one freshly drawn key decision, the only one trained."""
     observation = env.reset(seed)
     tokens = protocol.render_prompt(protocol.initial_messages(env.task, observation))
     mask = [0] * len(tokens)
     eos = protocol.tokenizer.eos_token_id
-    for _, actions, obs, _, _, _ in demo_texts(env, rng, max_steps):
+    decisions = [(len(tokens), noisy_key_action(env, rng))]
+    for actions, obs, _, _, _, _ in demo_texts(env, rng, max_steps):
         completion = protocol.encode(format_action(actions[-1])) + [eos]
         next_tokens, completion_end = protocol.extend(tokens, completion, obs)
         mask += [1] * len(completion) + [0] * (len(next_tokens) - completion_end)
         tokens = next_tokens
-    return Demo(tokens, mask)
+        if in_key_room(env):
+            decisions.append((len(tokens), noisy_key_action(env, rng)))
+    demos = [Demo(tokens, mask)]
+    for end, action in decisions:
+        completion = protocol.encode(format_action(action)) + [eos]
+        demos.append(Demo(tokens[:end] + completion, [0] * end + [1] * len(completion)))
+    return demos
 
 
-def critic_demos(protocol: ChatProtocol, env: VaultEnv, seed: int, rng: random.Random, max_steps: int, count: int) -> list[Demo]:
+def key_room_demos(protocol: ChatProtocol, env: Env, seed: int, rng: random.Random) -> Demo:
+    """The first prompt of a fresh game and one key decision (short: many fit in a step)."""
+    observation = env.reset(seed)
+    prompt = protocol.render_prompt(protocol.initial_messages(env.task, observation))
+    completion = protocol.encode(format_action(noisy_key_action(env, rng))) + [protocol.tokenizer.eos_token_id]
+    return Demo(prompt + completion, [0] * len(prompt) + [1] * len(completion))
+
+
+def critic_demos(protocol: ChatProtocol, env: Env, seed: int, rng: random.Random, max_steps: int, count: int) -> list[Demo]:
     first = env.reset(seed)
-    initial = (first, [], first, env.privileged_info(), 0, critic_reasoning(env, 0, max_steps))
-    states = [initial] + list(demo_texts(env, rng, max_steps))  # fresh games are TD start states too
+    initial = ([], first, env.privileged_info(), 0, critic_reasoning(env), critic_value(env, rng))
+    states = [s for s in [initial, *demo_texts(env, rng, max_steps)] if s[4] != "The episode is over."]
     eos = protocol.tokenizer.eos_token_id
     demos = []
-    for _, actions, obs, hidden, round_index, reasoning in rng.sample(states, min(count, len(states))):
+    for actions, obs, hidden, round_index, reasoning, value in rng.sample(states, min(count, len(states))):
         prompt = protocol.render_prompt(critic_messages(env.task, hidden, actions, obs, round_index, max_steps))
-        completion = protocol.encode(f"{reasoning} {format_value(rng.random())}") + [eos]
+        completion = protocol.encode(f"{reasoning} {format_value(value)}") + [eos]
         demos.append(Demo(prompt + completion, [0] * len(prompt) + [1] * len(completion)))
     return demos
 
 
 def tokenizer_corpus(max_steps: int, games: int = 300) -> list[str]:
-    """Texts the tiny tokenizer is trained on: ChatML-rendered actor turns and critic prompts."""
-
+    """Texts the tiny tokenizer is trained on: ChatML-rendered actor turns and critic prompts of
+    both vault games (one tokenizer serves both)."""
     rng = random.Random(1)
-    env = VaultEnv(max_steps=max_steps)
     texts = [ACTOR_SYSTEM_PROMPT, CRITIC_SYSTEM_PROMPT]
-    for game in range(games):
-        first = env.reset(DEMO_GAME_OFFSET + game)
-        turn = f"<|im_start|>user\nTask: {env.task}\n{first}<|im_end|>\n<|im_start|>assistant\n"
-        texts.append(turn)
-        for _, actions, obs, hidden, round_index, reasoning in demo_texts(env, rng, max_steps):
-            texts.append(format_action(actions[-1]) + "<|im_end|>\n")
-            texts.append(f"<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n")
-            if rng.random() < 0.2:
-                messages = critic_messages(env.task, hidden, actions, obs, round_index, max_steps)
-                texts.append("".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages))
-                texts.append(f"{reasoning} {format_value(rng.random())}<|im_end|>\n")
+    for name in ("vaults", "vault"):
+        env = make(name, max_steps=max_steps)
+        for game in range(games):
+            first = env.reset(DEMO_GAME_OFFSET + game)
+            texts.append(f"<|im_start|>user\nTask: {env.task}\n{first}<|im_end|>\n<|im_start|>assistant\n")
+            for actions, obs, hidden, round_index, reasoning, value in demo_texts(env, rng, max_steps):
+                texts.append(format_action(actions[-1]) + "<|im_end|>\n")
+                texts.append(f"<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n")
+                if rng.random() < 0.2:
+                    messages = critic_messages(env.task, hidden, actions, obs, round_index, max_steps)
+                    texts.append("".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages))
+                    texts.append(f"{reasoning} {format_value(value)}<|im_end|>\n")
     return texts
 
 
 def supervised_bootstrap(
     model,
     protocol: ChatProtocol,
+    env_name: str,
     steps: int,
     max_steps: int,
     seed: int,
     learning_rate: float = 2e-3,
-    actor_per_step: int = 3,
-    critic_per_step: int = 16,
+    episodes_per_step: int = 1,
+    key_rooms_per_step: int = 32,
+    critic_per_step: int = 12,
     progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Cross-entropy on the demonstration tokens (mask 1 only). Returns the loss per step."""
     rng = random.Random(seed)
-    env = VaultEnv(max_steps=max_steps)
+    env = make(env_name, max_steps=max_steps)
     device = next(model.parameters()).device
     pad_id = protocol.tokenizer.pad_token_id
     game = DEMO_GAME_OFFSET
 
     def step_loss(step: int) -> float:
         nonlocal game
-        demos = []
-        for _ in range(actor_per_step):
+        actor: list[Demo] = []
+        for _ in range(episodes_per_step):
             game += 1
-            demos.append(actor_demo(protocol, env, game, rng, max_steps))
-        while len(demos) < actor_per_step + critic_per_step:
+            actor += actor_demos(protocol, env, game, rng, max_steps)
+        keys: list[Demo] = []
+        for _ in range(key_rooms_per_step):
             game += 1
-            demos += critic_demos(protocol, env, game, rng, max_steps, count=4)
-        return backward_role_losses(model, [demos[:actor_per_step], demos[actor_per_step:]], pad_id, device)
+            keys.append(key_room_demos(protocol, env, game, rng))
+        critic: list[Demo] = []
+        while len(critic) < critic_per_step:
+            game += 1
+            critic += critic_demos(protocol, env, game, rng, max_steps, count=4)
+        return backward_role_losses(model, [actor, keys, critic], pad_id, device)
 
     return supervised_steps(model, steps, learning_rate, step_loss, progress)
 

@@ -17,8 +17,9 @@ from typing import Any, Callable
 import torch
 
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.envs import BUILT_IN
 
-TINY_VERSION = 8  # bump when the tiny model, its tokenizer or its bootstrap data change
+TINY_VERSION = 9  # bump when the tiny model, its tokenizer or its bootstrap data change
 TINY_TASK_VERSION = 1  # the same for the single-turn (Countdown) tiny model
 TINY_ENV_VERSION = 1  # the same for the tiny model of the other environments (TextWorld, ALFWorld)
 
@@ -33,12 +34,12 @@ def resolve_device(name: str) -> torch.device:
 
 def tiny_cache_dir(cfg: TempoConfig) -> Path:
     root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
-    if cfg.advantage_estimator == "tempo":
+    if cfg.multi_turn:
         what = {"env": cfg.env, "T": cfg.max_episode_steps}
-        if cfg.env != "vault":
+        if cfg.env not in BUILT_IN:
             what.update(env_data=str(Path(cfg.env_data).resolve()) if cfg.env_data else "", env_version=TINY_ENV_VERSION)
     else:
-        what = {"task": cfg.task, "task_version": TINY_TASK_VERSION}
+        what = {"task": cfg.task_name, "task_version": TINY_TASK_VERSION}
     key = json.dumps({"v": TINY_VERSION, **what, "steps": cfg.bootstrap_steps, "seed": cfg.seed}, sort_keys=True)
     return root / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
@@ -68,9 +69,9 @@ def build_bootstrapped_tiny(
     from tempo_plugin.backends.local.tiny import build_tiny_model, build_tokenizer
     from tempo_plugin.rollout.protocol import ChatProtocol
 
-    single_turn = cfg.advantage_estimator != "tempo"
-    if single_turn and cfg.task != "countdown":
-        raise ConfigError(f"the built-in tiny model is bootstrapped on Countdown only; pass --model DIR for --task {cfg.task}")
+    single_turn = not cfg.multi_turn
+    if single_turn and cfg.task_name != "countdown":
+        raise ConfigError(f"the built-in tiny model is bootstrapped on Countdown only; pass --model DIR for --task {cfg.task_name}")
     cache = tiny_cache_dir(cfg)
     if (cache / "config.json").is_file():
         return load_pretrained(str(cache), device)
@@ -81,7 +82,7 @@ def build_bootstrapped_tiny(
         task = tiny_countdown()
         corpus, tags = task_corpus(task), ANSWER_TAGS
         bootstrap = lambda model, protocol: task_bootstrap(model, protocol, task, cfg.bootstrap_steps, cfg.seed, progress=progress)  # noqa: E731
-    elif cfg.env != "vault":
+    elif cfg.env not in BUILT_IN:
         from tempo_plugin.backends.local.env_bootstrap import env_bootstrap, env_corpus
         from tempo_plugin.envs import env_factory
 
@@ -92,7 +93,7 @@ def build_bootstrapped_tiny(
     else:
         corpus, tags = tokenizer_corpus(cfg.max_episode_steps), ()
         bootstrap = lambda model, protocol: supervised_bootstrap(  # noqa: E731
-            model, protocol, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+            model, protocol, cfg.env, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
     tokenizer = build_tokenizer(corpus, tags=tags)
     model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
     bootstrap(model, ChatProtocol(tokenizer))

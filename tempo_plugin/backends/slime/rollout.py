@@ -25,7 +25,7 @@ from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE
 from tempo_plugin.rollout.games import eval_games
-from tempo_plugin.rollout.updates import rollout_metrics
+from tempo_plugin.rollout.updates import rollout_metrics, start_states
 
 
 def slime_types() -> SimpleNamespace:
@@ -57,7 +57,7 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
         batch = rollout.warmup_update(rollout_id, games, max_states=cfg.states_per_batch)
         count = warmup_sample_count(cfg)
     else:
-        batch = rollout.td_update(rollout_id, source.store.sample(cfg.states_per_batch), source.next_game)
+        batch = rollout.td_update(rollout_id, start_states(source.store, cfg), source.next_game)
         source.store.add(batch.new_states)
         count = td_sample_count(cfg)
     tokenizer = rollout.protocol.tokenizer

@@ -1,0 +1,157 @@
+"""TEMPO vs multi-turn GRPO on the built-in chain of vaults at an equal budget of environment steps.
+
+    .venv/bin/python bench/credit.py [--seeds 0 1 2] [--env-steps 6000] [--eval-games 64] [--out bench/results/credit]
+
+For each method and seed it runs ``python -m tempo_plugin.train`` (the same tiny bootstrapped model
+per seed for both methods) until the rollouts have taken ``--env-steps`` environment steps (warm-up
+episodes included), measuring held-out success on ``--eval-games`` games every ``--eval-every``
+updates. It then writes, under ``--out``:
+
+- ``credit.png``: held-out success against environment steps, mean over seeds with the min-max band;
+- ``credit.md``: base and final success (mean +- std over seeds, and each seed), the environment steps
+  each method needed to reach GRPO's mean final success (first evaluation at or above it, per seed);
+- ``credit.json``: the same numbers, and every evaluation point.
+
+Runs that already finished (a ``summary.json`` in their folder) are not recomputed, so an
+interrupted benchmark continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, read_metrics  # noqa: E402
+
+METHODS: dict[str, list[str]] = {
+    "TEMPO": ["--advantage-estimator", "tempo", "--eval-every", "6"],
+    "GRPO (multi-turn)": ["--advantage-estimator", "grpo", "--eval-every", "3"],
+}
+"""Method -> its trainer arguments (defaults otherwise). Evaluations are spaced about equally in
+environment steps: a GRPO update plays S games x N complete episodes, about twice a TD update's steps."""
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
+    out = Path(args.out) / f"{name.split()[0].lower()}-seed{seed}"
+    if (out / "summary.json").is_file():
+        print(f"{name} seed {seed}: done before, reading {out}", flush=True)
+        return out
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)  # an interrupted run: start it again
+    command = [sys.executable, "-m", "tempo_plugin.train", *METHODS[name], "--seed", str(seed),
+               "--td-updates", "1000", "--max-env-steps", str(args.env_steps), "--eval-games", str(args.eval_games),
+               "--out", str(out), *args.extra]
+    print(f"{name} seed {seed}: {' '.join(command[1:])}", flush=True)
+    tic = time.perf_counter()
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+    print(f"{name} seed {seed}: {time.perf_counter() - tic:.0f} s", flush=True)
+    return out
+
+
+def eval_points(run: Path) -> list[tuple[float, float]]:
+    """(environment steps, held-out success) of every evaluation of a run, base first."""
+    return [(r.get(ENV_STEPS) or 0.0, r[SUCCESS_RATE]) for r in read_metrics(run / "metrics.jsonl") if r.get("phase") == "eval"]
+
+
+def steps_to_reach(points: list[tuple[float, float]], level: float) -> float | None:
+    return next((steps for steps, rate in points[1:] if rate >= level), None)
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} +- {spread:.3f}"
+
+
+def report(runs: dict[str, dict[int, Path]], args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    points = {m: {s: eval_points(p) for s, p in by_seed.items()} for m, by_seed in runs.items()}
+    grpo = next(m for m in points if m.startswith("GRPO"))
+    grpo_final = statistics.fmean(p[-1][1] for p in points[grpo].values())
+    rows, summary = [], {"env_steps_budget": args.env_steps, "eval_games": args.eval_games, "grpo_final_mean": grpo_final, "methods": {}}
+    for method, by_seed in points.items():
+        base = [p[0][1] for p in by_seed.values()]
+        final = [p[-1][1] for p in by_seed.values()]
+        reach = [steps_to_reach(p, grpo_final) for p in by_seed.values()]
+        reached = [r for r in reach if r is not None]
+        rows.append(
+            f"| {method} | {mean_std(base)} | {mean_std(final)} | {mean_std([f - b for f, b in zip(final, base)])} | "
+            + " / ".join(f"{v:.3f}" for v in final)
+            + f" | {len(reached)}/{len(reach)} seeds, {(statistics.fmean(reached) if reached else float('nan')):.0f} |"
+        )
+        summary["methods"][method] = {"base": base, "final": final, "steps_to_grpo_final": reach,
+                                       "points": {str(s): p for s, p in by_seed.items()}}
+    seeds = " / ".join(str(s) for s in next(iter(runs.values())))
+    table = "\n".join([
+        f"Held-out success on {args.eval_games} games, {args.env_steps} environment steps per run, seeds {seeds} "
+        f"(mean +- std over seeds; per-seed finals in seed order).",
+        "",
+        f"| method | base | final | final - base | final per seed | env steps to GRPO's final mean ({grpo_final:.3f}) |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ])
+    (out / "credit.md").write_text(table + "\n")
+    (out / "credit.json").write_text(json.dumps(summary, indent=2))
+    plot(points, out / "credit.png", args)
+    print(table)
+    print(f"written: {out}/credit.md, credit.json, credit.png")
+
+
+def plot(points: dict[str, dict[int, list[tuple[float, float]]]], path: Path, args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for method, by_seed in points.items():
+        count = min(len(p) for p in by_seed.values())  # evaluations every run of the method has
+        steps = [statistics.fmean(p[i][0] for p in by_seed.values()) for i in range(count)]
+        rates = [[p[i][1] for p in by_seed.values()] for i in range(count)]
+        line, = ax.plot(steps, [statistics.fmean(r) for r in rates], marker="o", markersize=3, label=method)
+        ax.fill_between(steps, [min(r) for r in rates], [max(r) for r in rates], color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("environment steps (training rollouts)")
+    ax.set_ylabel(f"held-out success ({args.eval_games} games)")
+    ax.set_title(f"chain of vaults, tiny model, seeds {', '.join(map(str, args.seeds))} (mean, min-max)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--env-steps", type=int, default=6000, help="environment steps per run (the equal budget)")
+    parser.add_argument("--eval-games", type=int, default=64)
+    parser.add_argument("--out", default="bench/results/credit")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot from finished runs")
+    parser.add_argument("extra", nargs="*", help="more trainer arguments for every run (after --)")
+    args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[int, Path]] = {m: {} for m in args.methods}
+    for seed in args.seeds:
+        for method in args.methods:
+            if args.report_only:
+                runs[method][seed] = Path(args.out) / f"{method.split()[0].lower()}-seed{seed}"
+            else:
+                runs[method][seed] = run_one(method, seed, args)
+    report(runs, args)
+
+
+if __name__ == "__main__":
+    main()
