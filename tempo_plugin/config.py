@@ -108,6 +108,8 @@ class TempoConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
         if self.total_updates < 1:
+            if self.advantage_estimator == "grpo" and self.multi_turn:
+                raise ConfigError("--td-updates must be >= 1 (multi-turn GRPO has no warm-up)")
             raise ConfigError("--warmup-updates plus --td-updates must be >= 1")
         if self.max_episode_steps % self.macro_rounds != 0:
             raise ConfigError(

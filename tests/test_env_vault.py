@@ -400,7 +400,7 @@ def test_thousands_of_distinct_games() -> None:
 
 
 def test_registry_make() -> None:
-    assert sorted(ENVS) == ["alfworld", "textworld", "vault"]
+    assert sorted(ENVS) == ["alfworld", "textworld", "vault", "vaults"]
     env = make("vault", max_steps=40)
     assert isinstance(env, VaultEnv) and env.max_steps == 40
     assert env.reset(0).startswith("Key room.")
@@ -416,3 +416,19 @@ def test_registry_make() -> None:
     assert env_options("textworld", 30, "games/") == {"max_steps": 30, "data_dir": "games/"}
     with pytest.raises(ValueError, match="--env-data"):
         env_options("vault", 40, "games/")
+
+
+def test_winnable():
+    env, game = new_game(11)
+    assert env.winnable()
+    env.step(f"take {game.correct}")
+    assert env.winnable()
+    while (action := env.expert_action()) is not None:
+        env.step(action)
+    assert env.won and not env.winnable()  # over, even though won
+    env.reset(11)
+    wrong = next(k for k in game.keys if k != game.correct)
+    env.step(f"take {wrong}")
+    assert not env.winnable() and not env.done
+    with pytest.raises(RuntimeError):
+        VaultEnv().winnable()

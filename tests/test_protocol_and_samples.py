@@ -274,8 +274,18 @@ def test_make_sample_trims_trailing_context_by_hand():
     assert (sample.role, sample.group, sample.reward, sample.prompt_length) == (CRITIC, 3, 1.5, 1)
 
 
-def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol):
-    cfg = TempoConfig(branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS)
+@pytest.mark.parametrize(
+    ("reward", "advantages", "rewards"),
+    [
+        # e = [|0.2-0.5|, |0.6-0.5|] = [0.3, 0.1]; r = [-0.3, -0.1]; mean -0.2; A = [-0.1, 0.1]
+        ("abs", (-0.1, 0.1), (-0.3, -0.1)),
+        # r = [-0.3^2, -0.1^2] = [-0.09, -0.01]; mean -0.05; A = [-0.04, 0.04]
+        ("squared", (-0.04, 0.04), (-0.09, -0.01)),
+    ],
+)
+def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol, reward, advantages, rewards):
+    cfg = TempoConfig(branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS,
+                      critic_reward=reward)
     rollout = TempoRollout(cfg, ScriptedSampler(tokenizer, []), protocol, make_env=lambda: VaultEnv(max_steps=MAX_STEPS))
     state = fresh_state(VaultEnv(max_steps=MAX_STEPS), 13, protocol)
     prompt = rollout.critic_prompt(state)
@@ -287,10 +297,9 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol):
 
     call = CriticCall(prompt, [completion("<value>0.20</value>", -0.5), completion("<value>0.60</value>", -0.25)])
     samples, errors = rollout.critic_samples(call, target=0.5, group=4)
-    # e = [|0.2-0.5|, |0.6-0.5|] = [0.3, 0.1]; r = [-0.3, -0.1]; mean -0.2; A = [-0.1, 0.1]
-    assert errors == pytest.approx([0.3, 0.1])
+    assert errors == pytest.approx([0.3, 0.1])  # the errors are |V - G| / R_max for either reward
     assert len(samples) == 2
-    for sample, c, adv, reward in zip(samples, call.completions, (-0.1, 0.1), (-0.3, -0.1)):
+    for sample, c, adv, r in zip(samples, call.completions, advantages, rewards):
         n = len(c.token_ids)
         assert sample.role == CRITIC and sample.group == 4
         assert sample.tokens == prompt + c.token_ids
@@ -299,7 +308,7 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol):
         assert sample.advantages[: len(prompt)] == [0.0] * len(prompt)
         assert sample.advantages[len(prompt):] == pytest.approx([adv] * n)
         assert sample.old_logprobs == [0.0] * len(prompt) + c.logprobs
-        assert sample.reward == pytest.approx(reward)
+        assert sample.reward == pytest.approx(r)
 
     # equal errors (0.3 and 0.3) -> degenerate -> no samples, errors still reported
     call = CriticCall(prompt, [completion("<value>0.20</value>", -0.5), completion("<value>0.80</value>", -0.5)])

@@ -98,7 +98,8 @@ def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
 
     monkeypatch.setenv("TEMPO_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    code = train.main(["--advantage-estimator", estimator, "--bootstrap-steps", "5", "--states-per-batch", "2",
+    # --task: single-turn (grpo without --task is multi-turn GRPO on --env)
+    code = train.main(["--advantage-estimator", estimator, "--task", "countdown", "--bootstrap-steps", "5", "--states-per-batch", "2",
                        "--branches", "2", "--warmup-updates", "1", "--td-updates", "2", "--max-assistant-tokens", "8",
                        "--eval-games", "4", "--out", str(out)])
     assert code == 0

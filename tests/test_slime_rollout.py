@@ -68,12 +68,14 @@ def write_yaml(path, **values):
     return str(path)
 
 
-def slime_args(tmp_path, tokenizer_dir, url, **overrides):
+def slime_args(tmp_path, tokenizer_dir, url, tempo=None, **overrides):
+    """slime's arguments; ``tempo`` adds TEMPO settings to the custom config file."""
     host, port = url.removeprefix("http://").split(":")
     values = dict(
         custom_config_path=write_yaml(
             tmp_path / "tempo.yaml", macro_rounds=5, max_episode_steps=40, critic_samples=2, endpoint_samples=1,
             warmup_updates=1, warmup_games_per_batch=1, max_assistant_tokens=16, critic_max_tokens=12, eval_games=3,
+            **(tempo or {}),
         ),
         rollout_batch_size=2, n_samples_per_prompt=2, rollout_temperature=1.0, rollout_top_p=1.0, seed=0,
         num_rollout=3, global_batch_size=4, hf_checkpoint=tokenizer_dir, sglang_router_ip=host,
@@ -115,7 +117,8 @@ def scripted_turns(sample):
 
 def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
     url = serve(ScriptedPolicy(tokenizer, protocol))
-    args = slime_args(tmp_path, tokenizer_dir, url)
+    # --fresh-share 0: once the store holds S states, a TD batch takes all its start states from it
+    args = slime_args(tmp_path, tokenizer_dir, url, tempo={"fresh_share": 0.0})
     source = TempoDataSource(args)
 
     # rollout 0: warm-up. S = 2 boundary states x K = 2 critic samples = 4 samples, all critic or padding
@@ -131,7 +134,8 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
         assert sample.metadata["tempo_role"] == "critic" and sample.group_index % 2 == 1
         assert all(sample.loss_mask) and re.search(r"<value>[0-9.]+</value>", sample.response)
         assert len(scripted_turns(sample)) == 1
-        assert -1.0 <= sample.reward <= 0.0  # r_k = -|V_k - G| / R_max
+        # r_k = -(V_k - G)^2 / R_max^2 (the default "squared"), V_k in VALUES, G = 1[won] in {0, 1}
+        assert sample.reward in (0.0, -0.0625, -0.25, -0.5625, -1.0)
     assert source.game_cursor == 1
 
     # rollout 1: TD. S = 2 start states x (N = 2 branches + K = 2 critic samples) = 8 samples

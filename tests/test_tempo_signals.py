@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tempo_plugin.algorithms.grpo import GRPO_STD_EPSILON, grpo_advantages
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
 
 
@@ -174,3 +175,94 @@ def test_critic_rejects_non_positive_r_max(r_max):
 def test_critic_rejects_empty_estimates():
     with pytest.raises(ValueError):
         critic_signals([], 0.5)
+
+
+# ------------------------------------------------------------------------ critic reward "squared"
+
+
+def test_critic_squared_reward_by_hand():
+    s = critic_signals([0.2, 0.9, None], 0.6, reward="squared")
+    # e = [0.4, 0.3, 1] (a parse failure stays at 1); r = -e^2 = [-0.16, -0.09, -1]
+    # mean r = -1.25 / 3; A = r + 1.25/3 = [0.77/3, 0.98/3, -1.75/3]
+    assert s.errors == approx_list([0.4, 0.3, 1.0])
+    assert s.rewards == approx_list([-0.16, -0.09, -1.0])
+    assert s.advantages == approx_list([0.77 / 3, 0.98 / 3, -1.75 / 3])
+    assert sum(s.advantages) == pytest.approx(0.0, abs=1e-12)
+    assert s.parse_failures == 1 and s.degenerate is False
+    # the same estimates under "abs": r = [-0.4, -0.3, -1], mean -1.7/3, A = [0.5/3, 0.8/3, -1.3/3]
+    a = critic_signals([0.2, 0.9, None], 0.6, reward="abs")
+    assert a.errors == s.errors
+    assert a.rewards == approx_list([-0.4, -0.3, -1.0])
+    assert a.advantages == approx_list([0.5 / 3, 0.8 / 3, -1.3 / 3])
+    # "abs" is the default
+    assert critic_signals([0.2, 0.9, None], 0.6) == a
+
+
+def test_critic_squared_reward_scales_with_r_max_squared():
+    s = critic_signals([0.2, 0.9], 0.6, r_max=2.0, reward="squared")
+    # e = [0.4/2, 0.3/2] = [0.2, 0.15]; r = [-0.04, -0.0225] = -(V - G)^2 / R_max^2; mean -0.03125
+    assert s.errors == approx_list([0.2, 0.15])
+    assert s.rewards == approx_list([-0.04, -0.0225])
+    assert s.advantages == approx_list([-0.00875, 0.00875])
+    # a parse failure keeps reward -1 whatever r_max: r = [-1, -0], A = [-0.5, 0.5]
+    f = critic_signals([None, 0.6], 0.6, r_max=2.0, reward="squared")
+    assert f.rewards == approx_list([-1.0, 0.0])
+    assert f.advantages == approx_list([-0.5, 0.5])
+
+
+def test_critic_squared_degenerate_when_errors_are_equal():
+    # |0.2 - 0.5| = |0.8 - 0.5| = 0.3: equal squared rewards -0.09 -> A = [0, 0]
+    s = critic_signals([0.2, 0.8], 0.5, reward="squared")
+    assert s.rewards == approx_list([-0.09, -0.09])
+    assert s.degenerate is True
+
+
+@pytest.mark.parametrize("reward", ["", "ABS", "square", "huber", None])
+def test_critic_rejects_unknown_reward_names(reward):
+    with pytest.raises(ValueError, match="critic reward"):
+        critic_signals([0.1, 0.2], 0.5, reward=reward)
+
+
+def mean_reward(constant: float, targets, reward: str) -> float:
+    """Mean critic reward of always answering ``constant`` over the outcomes ``targets``."""
+    return sum(critic_signals([constant], t, reward=reward).rewards[0] for t in targets) / len(targets)
+
+
+def test_best_constant_is_the_median_under_abs_and_the_mean_under_squared():
+    targets = [0.0, 0.0, 0.0, 1.0]  # success rate 1/4: median 0, mean 0.25
+    # abs: c = 0 -> -(0 + 0 + 0 + 1)/4 = -0.25; c = 0.25 -> -(3 x 0.25 + 0.75)/4 = -0.375
+    assert mean_reward(0.0, targets, "abs") == pytest.approx(-0.25, abs=1e-12)
+    assert mean_reward(0.25, targets, "abs") == pytest.approx(-0.375, abs=1e-12)
+    # squared: c = 0 -> -(1)/4 = -0.25; c = 0.25 -> -(3 x 0.0625 + 0.5625)/4 = -0.1875
+    assert mean_reward(0.0, targets, "squared") == pytest.approx(-0.25, abs=1e-12)
+    assert mean_reward(0.25, targets, "squared") == pytest.approx(-0.1875, abs=1e-12)
+    # over a grid of constants 0, 0.05, ..., 1 the best is exactly the median / the mean
+    grid = [i / 20 for i in range(21)]
+    assert max(grid, key=lambda c: mean_reward(c, targets, "abs")) == 0.0
+    assert max(grid, key=lambda c: mean_reward(c, targets, "squared")) == 0.25
+
+
+# ------------------------------------------------------------------------------------ GRPO advantages
+
+
+def test_grpo_advantages_by_hand():
+    eps = GRPO_STD_EPSILON
+    assert eps == 1e-6
+    a = grpo_advantages([1, 0, 0, 1, 0.5, 0.5, 0.5, 0.5], group_size=4)
+    # group 1: mean 0.5, population std 0.5 -> A = +-0.5 / (0.5 + eps)
+    # group 2: all equal, std 0 -> A = 0 (the epsilon avoids a division by zero)
+    u = 0.5 / (0.5 + eps)
+    assert a == approx_list([u, -u, -u, u, 0.0, 0.0, 0.0, 0.0])
+    assert 0.999997 < u < 1.0
+    # R = [3, 0, 0]: mean 1, population std sqrt((4 + 1 + 1)/3) = sqrt(2) (a sample std would be sqrt(3))
+    b = grpo_advantages([3.0, 0.0, 0.0], group_size=3)
+    d = math.sqrt(2) + eps
+    assert b == approx_list([2 / d, -1 / d, -1 / d])
+    # group_size 1: every group is degenerate
+    assert grpo_advantages([0.0, 1.0], group_size=1) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(("count", "group_size"), [(5, 2), (3, 4), (4, 0), (4, -2)])
+def test_grpo_advantages_reject_lengths_not_divisible_by_the_group(count, group_size):
+    with pytest.raises(ValueError, match=f"{count} rewards do not split into groups of {group_size}"):
+        grpo_advantages([0.0] * count, group_size)

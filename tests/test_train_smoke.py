@@ -14,7 +14,8 @@ SMALL = [
 
 def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
-    common = SMALL + ["--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    # --fresh-share 0: every TD start state comes from the store while it holds enough of them
+    common = SMALL + ["--fresh-share", "0", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
     assert main(common + ["--td-updates", "1"]) == 0
     printed = capsys.readouterr().out
     assert "critic/abs_error_mean" in printed and "eval/success_rate" in printed

@@ -2,10 +2,11 @@
 
 The agent passes a chain of V vaults (3 by default). Before vault i it stands in key room i: a sign
 shows a symbol, 2 to 4 coloured keys lie there and it must take exactly one; the room locks behind
-it. The task text states the fixed rule that maps symbols to keys (SIGNS: sun gold, moon silver,
-...), so the choice is a lookup of the sign, not a copy of a colour from the context (the ~3M
-built-in model never learned to copy a colour named in its context within its bootstrap budget;
-see the README). It walks north through L_i halls (2 to 4 by default) to the door of vault i and
+it. A fixed rule of the world, the same in every game and never told to the actor (SIGNS: sun
+gold, moon silver, ...), maps the symbol to the key that opens the vault: the agent has to learn
+it from the delayed outcomes. (The ~3M built-in model never learned, within its bootstrap budget,
+to copy a colour named in its context, nor to find the symbol in the context when the rule was
+stated in the task text too; a symbol that appears only on the sign it learns to read.) It walks north through L_i halls (2 to 4 by default) to the door of vault i and
 opens it. The right key opens the vault and leads into key room i+1 (the key stays in the lock);
 any other key seals the vault and the episode is lost. Opening the last vault wins (reward 1, the
 only reward). So a game holds V key decisions spread over the episode, the consequence of each

@@ -59,7 +59,7 @@ def start_states(store: StateStore, cfg: TempoConfig) -> list[MacroState]:
     the first TD update no round-0 state is trained again; the fresh share keeps every depth of
     the episode in the start distribution.
     """
-    fresh = math.ceil(cfg.fresh_share * cfg.states_per_batch)
+    fresh = math.ceil(round(cfg.fresh_share * cfg.states_per_batch, 9))  # 0.28 x 25 is 7, not 7.000000000000001
     return store.sample(cfg.states_per_batch - fresh, cfg.max_state_uses)
 
 
@@ -235,15 +235,14 @@ class TempoRollout:
                     f"TD update {update}: {restore_failures} restores failed while filling {cfg.states_per_batch} "
                     f"start states; the environment ({cfg.env}) does not reproduce its saved states (try --restore replay)"
                 )
-            if pending:
-                state = pending.pop(0)
-            else:
-                state = fresh_state(self.make_env(), next_game(), self.protocol)
-                fresh += 1
+            is_fresh = not pending
+            state = pending.pop(0) if pending else fresh_state(self.make_env(), next_game(), self.protocol)
             try:
                 groups.append(self._restore_group(state, len(groups)))
             except RestoreError:
                 restore_failures += 1
+                continue
+            fresh += is_fresh
         branches = [b for g in groups for b in g]
         env_seconds = run_branches(
             branches, self.sampler, self.protocol, self.params, self._limits(cfg.macro_rounds), seed=update
