@@ -1,6 +1,6 @@
 """TEMPO vs multi-turn GRPO on the built-in chain of vaults at an equal budget of environment steps.
 
-    .venv/bin/python bench/credit.py [--seeds 0 1 2] [--env-steps 6000] [--eval-games 64] [--out bench/results/credit]
+    .venv/bin/python bench/credit.py [--seeds 0 1 2] [--env-steps 5000] [--eval-games 64] [--out bench/results/credit]
 
 For each method and seed it runs ``python -m tempo_plugin.train`` (the same tiny bootstrapped model
 per seed for both methods) until the rollouts have taken ``--env-steps`` environment steps (warm-up
@@ -135,7 +135,7 @@ def plot(points: dict[str, dict[int, list[tuple[float, float]]]], path: Path, ar
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--env-steps", type=int, default=6000, help="environment steps per run (the equal budget)")
+    parser.add_argument("--env-steps", type=int, default=5000, help="environment steps per run (the equal budget)")
     parser.add_argument("--eval-games", type=int, default=64)
     parser.add_argument("--out", default="bench/results/credit")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))

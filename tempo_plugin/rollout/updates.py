@@ -1,7 +1,9 @@
 """One TEMPO update as data, shared by both runtimes.
 
 Warm-up update (critic only): complete episodes (H := T) from fresh games; boundary states at
-rounds H, 2H, ... get K critic samples each, trained towards the Monte-Carlo outcome G = 1[won].
+rounds H, 2H, ... get K critic samples each, trained towards the Monte-Carlo outcome G = 1[won];
+each game's round-0 state too, towards the mean outcome of its N episodes (the reference values
+no round-0 state in the warm-up: its TD batches never start there after the first update).
 
 TD update (actor + critic): start states from the store (``start_states``: all but a
 ``--fresh-share`` of the batch, each stored state used at most ``--max-state-uses`` times) topped
@@ -169,8 +171,14 @@ class TempoRollout:
         )
         rollout_seconds = time.perf_counter() - tic
 
+        # Each game's round-0 state, with the mean outcome of its N episodes as target: TD batches
+        # start a --fresh-share of their states there, so the critic must value it too.
         boundaries: list[MacroState] = []
         targets: list[float] = []
+        for group in range(len(games)):
+            episodes = [b for b in branches if b.group == group]
+            boundaries.append(episodes[0].start)
+            targets.append(mean([float(b.won) for b in episodes]))
         for branch in branches:
             for k in range(cfg.macro_rounds, len(branch.rounds), cfg.macro_rounds):
                 boundaries.append(branch.state_after(k, k // cfg.macro_rounds, update))
