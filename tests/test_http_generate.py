@@ -136,3 +136,49 @@ def test_http_sampler_retries_transient_failures_only():
     with pytest.raises(GenerationError, match="gave up after 2 retries"):
         HTTPSampler(f"http://127.0.0.1:{closed}/generate", max_retries=2, retry_delay_s=0.01, timeout_s=5).generate(
             [Request([1], 4)], SamplingParams(), seed=0)
+
+
+def test_http_sampler_ignores_proxy_settings(monkeypatch):
+    """slime talks to its router without proxies (trust_env=False); so does the sampler: a proxy
+    that does not exist in the environment must not break a loopback request."""
+    from tempo_plugin.rollout.sampler import Request, SamplingParams
+
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # discard port: nothing answers there
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    server, state = _FlakyHandler.serve(failures=0, fail_status=503)
+    url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+    (completion,) = HTTPSampler(url, max_retries=0).generate([Request([1], 4)], SamplingParams(), seed=0)
+    assert completion.token_ids == [7, 8] and state["calls"] == 1
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_sampler_does_not_resend_a_generation_that_timed_out():
+    import http.server
+    import threading
+    import time
+
+    from tempo_plugin.backends.slime.http_sampler import GenerationError
+    from tempo_plugin.rollout.sampler import Request, SamplingParams
+
+    calls = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(1)
+            time.sleep(1.0)  # still generating when the client gives up
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+    with pytest.raises(GenerationError, match="not re-sent"):
+        HTTPSampler(url, timeout_s=0.2, retry_delay_s=0.01).generate([Request([1], 4)], SamplingParams(), seed=0)
+    assert len(calls) == 1
+    server.shutdown()
+    server.server_close()

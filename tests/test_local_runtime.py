@@ -91,3 +91,21 @@ def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_mo
     # a request that extends no kept row falls back to a fresh prefill
     sampler.generate([Request(tokenizer.encode("unrelated"), 3)], params, seed=9)
     assert sampler.reused_calls == 2
+
+
+def test_token_logprobs_from_a_first_column_match_the_full_computation(tiny_model):
+    from tempo_plugin.backends.local.trainer import first_loss_column
+
+    torch.manual_seed(1)
+    ids = torch.randint(5, 200, (2, 12))
+    att = torch.ones_like(ids)
+    full = token_logprobs(tiny_model, ids, att, 1.0)
+    part = token_logprobs(tiny_model, ids, att, 1.0, first=7)
+    assert part.shape == full.shape
+    assert torch.equal(part[:, :7], torch.zeros(2, 7))
+    assert torch.allclose(part[:, 7:], full[:, 7:], atol=1e-5)
+    mask = torch.zeros(2, 12)
+    mask[1, 9:] = 1
+    mask[0, 8:] = 1
+    assert first_loss_column(mask) == 8
+    assert first_loss_column(torch.zeros(2, 12)) == 1

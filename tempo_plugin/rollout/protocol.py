@@ -54,14 +54,26 @@ class ChatProtocol:
     tokenizer: Any
 
     def __post_init__(self) -> None:
-        probe = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
-        closed = self._render(probe, add_generation_prompt=False)
-        extended = self._render(probe + [{"role": "user", "content": _PROBE_USER}], add_generation_prompt=True)
-        if not extended.startswith(closed) or _PROBE_ASSISTANT not in closed:
-            raise ValueError("the tokenizer's chat template does not render turns as a growing prefix")
-        closing_text = closed[closed.rindex(_PROBE_ASSISTANT) + len(_PROBE_ASSISTANT):]
-        turn_text = extended[len(closed):]
-        self._turn_head, _, self._turn_tail = turn_text.partition(_PROBE_USER)
+        # The tokens between turns are read from a render where the assistant turns are NOT the last
+        # message: templates such as Qwen3's render the last assistant turn differently (a
+        # <think></think> block) from a history turn, and a history turn is what the prompt grows by.
+        u1, a1, u2, a2, u3 = (f"{_PROBE_USER}1", f"{_PROBE_ASSISTANT}1", f"{_PROBE_USER}2", f"{_PROBE_ASSISTANT}2", f"{_PROBE_USER}3")
+        history = [{"role": "user", "content": u1}, {"role": "assistant", "content": a1},
+                   {"role": "user", "content": u2}, {"role": "assistant", "content": a2}]
+        rendered = self._render(history + [{"role": "user", "content": u3}], add_generation_prompt=True)
+        markers = (u1, a1, u2, a2, u3)
+        if any(rendered.count(m) != 1 for m in markers) or sorted(markers, key=rendered.index) != list(markers):
+            raise ValueError("the tokenizer's chat template does not render every user and assistant turn in order")
+        between = rendered[rendered.index(a2) + len(a2):rendered.index(u3)]  # assistant closing + next user header
+        if rendered[rendered.index(a1) + len(a1):rendered.index(u2)] != between:
+            raise ValueError("the tokenizer's chat template renders the boundary after an assistant turn differently per turn")
+        self._turn_tail = rendered[rendered.index(u3) + len(u3):]  # user closing + assistant header (generation prompt)
+        # Split ``between`` where the assistant message ends: its closing as the template renders a final
+        # assistant turn, when ``between`` starts with it (else all of it counts as closing).
+        closed = self._render(history[:2], add_generation_prompt=False)
+        last_closing = closed[closed.rindex(a1) + len(a1):] if a1 in closed else ""
+        closing_text = last_closing if last_closing and between.startswith(last_closing) else between
+        self._turn_head = between[len(closing_text):]
         self.closing_ids: list[int] = self.encode(closing_text)
         stop = {self.tokenizer.eos_token_id}
         for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):

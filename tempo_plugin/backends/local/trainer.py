@@ -19,12 +19,24 @@ from tempo_plugin.rollout.samples import TrainSample
 T = TypeVar("T")
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float) -> torch.Tensor:
-    """[B, T] log-prob of token t given tokens < t (column 0 is 0)."""
-    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1, :].float()
+def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float,
+                   first: int = 1) -> torch.Tensor:
+    """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0).
+
+    Only the logits that predict tokens ``first`` .. T-1 are computed (the model's
+    ``logits_to_keep``): a training sample's long context needs hidden states, not logits."""
+    first = max(1, min(first, input_ids.shape[1]))
+    keep = input_ids.shape[1] - first + 1
+    logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1, :].float()
     log_dist = torch.log_softmax(logits / temperature, dim=-1)
-    picked = log_dist.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+    picked = log_dist.gather(-1, input_ids[:, first:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(input_ids[:, :first], dtype=picked.dtype), picked], dim=1)
+
+
+def first_loss_column(loss_mask: torch.Tensor) -> int:
+    """The first column any row trains on (1 when none does)."""
+    columns = torch.nonzero(loss_mask.sum(dim=0) > 0)
+    return int(columns[0]) if len(columns) else 1
 
 
 def chunk_by_token_budget(items: Sequence[T], length: Callable[[T], int], tokens_per_chunk: int) -> list[list[T]]:
@@ -92,7 +104,8 @@ class PolicyTrainer:
         gap_count = 0
         for batch in micro_batches(samples, self.tokens_per_micro_batch):
             tensors = collate(batch, self.pad_id, device)
-            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature)
+            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature,
+                                      first=first_loss_column(tensors["loss_mask"]))
             out = clipped_policy_loss(
                 logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
                 self.eps_clip, self.eps_clip_high,

@@ -3,11 +3,18 @@
 One HTTP request per completion, sent concurrently (as slime's own rollout does through the
 router). Token ids and log-probs are taken from ``meta_info.output_token_logprobs``, never from
 re-tokenised text. A request the server aborts raises, so the caller can drop the update.
+
+Like slime's own client (``slime.utils.http_utils``, ``trust_env=False``) the sampler never goes
+through an HTTP proxy: ``http_proxy`` / ``https_proxy`` in the environment are ignored, since the
+router is cluster-internal. A request is sent again only when it cannot have started a generation
+(the connection failed, or the server answered 5xx); after a timeout the generation may still be
+running on the server, so the sampler raises instead of sending it a second time.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -49,19 +56,29 @@ class HTTPSampler:
     retry_delay_s: float = 1.0  # ... this many seconds apart
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries on connection errors and 5xx answers; a 4xx answer raises at once."""
+        """POST with retries on connection failures and 5xx answers; a 4xx answer or a timeout
+        raises at once."""
         request = urllib.request.Request(
             self.url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
         )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy, whatever the environment says
         for attempt in range(self.max_retries + 1):
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                with opener.open(request, timeout=self.timeout_s) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
                 problem = f"{self.url} answered {error.code}: {error.read()[:200]!r}"
                 if error.code < 500:
                     raise GenerationError(problem) from error
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            except (TimeoutError, socket.timeout) as error:
+                raise GenerationError(f"{self.url} gave no answer within {self.timeout_s} s (not re-sent: "
+                                      "the generation may still be running)") from error
+            except urllib.error.URLError as error:
+                if isinstance(error.reason, (TimeoutError, socket.timeout)):
+                    raise GenerationError(f"{self.url} gave no answer within {self.timeout_s} s (not re-sent: "
+                                          "the generation may still be running)") from error
+                problem = f"{self.url} unreachable: {error}"
+            except ConnectionError as error:
                 problem = f"{self.url} unreachable: {error}"
             if attempt < self.max_retries:
                 time.sleep(self.retry_delay_s)
