@@ -22,6 +22,8 @@
 #   MASTER_ADDR   address of the Ray head, i.e. this machine (127.0.0.1)
 #   TEMPO_CONFIG  TEMPO settings YAML (tempo.yaml next to the recipe)
 #   WANDB_KEY     when set, log to Weights & Biases project "tempo", group = recipe name
+#   RAY_DASHBOARD_HOST  address the Ray dashboard (and its job-submission API) binds to (127.0.0.1);
+#                 anything else exposes unauthenticated job submission to that network
 # Prompt-data recipes (ppo.sh, tppo.sh) also read, and do not need TEMPO_CONFIG:
 #   PROMPT_DATA   JSONL training prompts, one {"prompt": [chat messages], "label": ...} per line;
 #                 required, must exist (the recipe's error says how to make it)
@@ -148,6 +150,7 @@ slime_shared_args() {
   CLUSTER_ARGS=(
     --actor-num-nodes "$NUM_NODES"
     --actor-num-gpus-per-node "$NUM_GPUS"
+    --num-gpus-per-node "$NUM_GPUS"   # slime places rollout engines per node with it (default 8)
     --colocate   # rollout engines use the training GPUs; each side offloads while the other runs
   )
 
@@ -334,14 +337,40 @@ slime_json_string() {
   printf '"%s"' "$s"
 }
 
+# The launch id of SAVE_DIR: every process of the job carries it as TEMPO_LAUNCH_ID (Ray passes
+# the runtime environment's variables on to its workers and their children, SGLang servers
+# included), so a later launch with the same SAVE_DIR finds exactly the leftovers of this one.
+slime_launch_id() {
+  printf 'tempo-%s\n' "$(printf '%s' "$SAVE_DIR" | cksum | cut -d' ' -f1)"
+}
+
 # The runtime environment of the Ray job, as one line of JSON: Megatron and this repository
-# (for the tempo_plugin hooks) on PYTHONPATH.
+# (for the tempo_plugin hooks) on PYTHONPATH, and the launch id.
 slime_runtime_env_json() {
   local pythonpath nvls
   pythonpath="$(slime_json_string "$MEGATRON_DIR:$TEMPO_ROOT")"
   nvls="$(slime_nvlink_flag)"
   printf '{"env_vars":{"PYTHONPATH":%s,"CUDA_DEVICE_MAX_CONNECTIONS":"1",' "$pythonpath"
-  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1"}}' "$nvls"
+  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1","TEMPO_LAUNCH_ID":"%s"}}' "$nvls" "$(slime_launch_id)"
+}
+
+# slime_stop_previous: stops what an earlier launch of this recipe with the same SAVE_DIR left
+# behind, and nothing else: the Ray head it started (recorded in SAVE_DIR/tempo_ray_head) and
+# SGLang processes whose environment holds its TEMPO_LAUNCH_ID. Other users' Ray clusters and
+# SGLang servers on the host are left alone.
+slime_stop_previous() {
+  local id pid
+  id="$(slime_launch_id)"
+  if [ -f "$SAVE_DIR/tempo_ray_head" ]; then
+    ray stop --force >/dev/null 2>&1 || true
+    rm -f "$SAVE_DIR/tempo_ray_head"
+  fi
+  for pid in $(pgrep -f sglang 2>/dev/null || true); do
+    if [ -r "/proc/$pid/environ" ] && tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "TEMPO_LAUNCH_ID=$id"; then
+      echo "stopping SGLang process $pid left by the previous launch ($id)"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
 }
 
 # Prints a command on one line, each word quoted with printf %q. The W&B key is shown as
@@ -374,7 +403,7 @@ slime_launch() {
   done
 
   local ray_start=(ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus "$NUM_GPUS"
-    --disable-usage-stats --dashboard-host=0.0.0.0 --dashboard-port=8265)
+    --disable-usage-stats "--dashboard-host=${RAY_DASHBOARD_HOST:-127.0.0.1}" --dashboard-port=8265)
   local ray_worker=(ray start "--address=$MASTER_ADDR:6379" --num-gpus "$NUM_GPUS")
   local ray_submit=(ray job submit --address=http://127.0.0.1:8265
     "--runtime-env-json=$(slime_runtime_env_json)"
@@ -392,16 +421,16 @@ slime_launch() {
     return 0
   fi
 
-  # Clear what a previous run may have left: the Ray cluster (which takes the old job with it)
-  # and SGLang server processes, which can outlive their Ray actors.
-  ray stop --force >/dev/null 2>&1 || true
-  pkill -9 sglang || true
+  # Clear what a previous launch may have left: its Ray cluster (which takes the old job with it)
+  # and its SGLang server processes, which can outlive their Ray actors.
+  mkdir -p "$SAVE_DIR"
+  slime_stop_previous
   sleep 3
 
-  mkdir -p "$SAVE_DIR"
   export PYTHONUNBUFFERED=1
   echo "+ $(slime_print_cmd "${ray_start[@]}")"
   "${ray_start[@]}"
+  touch "$SAVE_DIR/tempo_ray_head"
   if [ "$NUM_NODES" -gt 1 ]; then
     echo "Now join the other $((NUM_NODES - 1)) node(s) with:  $(slime_print_cmd "${ray_worker[@]}")"
     echo "(the job below waits until all $((NUM_NODES * NUM_GPUS)) GPUs are registered)"

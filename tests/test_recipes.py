@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,7 @@ def test_dry_run_prints_the_commands_and_touches_nothing(recipe, stubs, setup):
     assert result.returncode == 0, result.stderr
     assert printed_command(result.stdout, "ray start") == [
         "ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--num-gpus", "8",
-        "--disable-usage-stats", "--dashboard-host=0.0.0.0", "--dashboard-port=8265",
+        "--disable-usage-stats", "--dashboard-host=127.0.0.1", "--dashboard-port=8265",
     ]
     assert not Path(setup["SAVE_DIR"]).exists()
     assert [call[0] for call in stub_calls(stubs) if call[0] != "nvidia-smi"] == []
@@ -351,14 +352,56 @@ def test_launch_clears_leftovers_starts_ray_and_submits(stubs, setup):
     assert result.returncode == 0, result.stderr
     assert Path(setup["SAVE_DIR"]).is_dir()
     calls = [call for call in stub_calls(stubs) if call[0] != "nvidia-smi"]
-    assert calls[:3] == [["ray", "stop", "--force"], ["pkill", "-9", "sglang"], ["sleep", "3"]]
-    assert calls[3][:3] == ["ray", "start", "--head"]
-    assert calls[4][:3] == ["ray", "job", "submit"]
-    assert len(calls) == 5
-    submitted = calls[4][calls[4].index("--") + 3:]
+    # a first launch stops nothing: no Ray head of its own to stop, and nothing is pkill'ed
+    assert calls[0] == ["sleep", "3"]
+    assert calls[1][:3] == ["ray", "start", "--head"]
+    assert calls[2][:3] == ["ray", "job", "submit"]
+    assert len(calls) == 3
+    submitted = calls[2][calls[2].index("--") + 3:]
     assert values(submitted, "--num-rollout") == ["300", "5"]
     assert value(submitted, "--actor-num-nodes") == "2"
     assert "ray start --address=127.0.0.1:6379 --num-gpus 8" in result.stdout
+
+
+def test_dashboard_binds_to_loopback_unless_asked(stubs, setup):
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", RAY_DASHBOARD_HOST="0.0.0.0", **setup)
+    assert "--dashboard-host=0.0.0.0" in printed_command(result.stdout, "ray start")
+
+
+def test_num_gpus_per_node_follows_num_gpus(stubs, setup):
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", NUM_GPUS="4", **setup)
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    assert value(args, "--num-gpus-per-node") == "4" and value(args, "--actor-num-gpus-per-node") == "4"
+
+
+def test_relaunch_stops_only_what_the_previous_launch_started(stubs, setup, tmp_path):
+    """SGLang processes of the previous launch (same SAVE_DIR, hence the same TEMPO_LAUNCH_ID in
+    their environment) are killed; an unrelated SGLang process on the host is not. Ray is stopped
+    only when the previous launch started the head."""
+    first = run("qwen3-4B/tempo.sh", stubs, **setup)
+    assert first.returncode == 0, first.stderr
+    submitted = [c for c in stub_calls(stubs) if c[:3] == ["ray", "job", "submit"]][0]
+    runtime_env = json.loads(next(a for a in submitted if a.startswith("--runtime-env-json="))[len("--runtime-env-json="):])
+    launch_id = runtime_env["env_vars"]["TEMPO_LAUNCH_ID"]
+    (stubs / "calls.log").unlink()
+
+    def fake_sglang(launch):
+        env = {**os.environ, "TEMPO_LAUNCH_ID": launch}
+        return subprocess.Popen(["bash", "-c", "exec -a sglang-fake-server sleep 60"], env=env)
+
+    ours, theirs = fake_sglang(launch_id), fake_sglang("someone-else")
+    try:
+        time.sleep(0.3)
+        second = run("qwen3-4B/tempo.sh", stubs, **setup)
+        assert second.returncode == 0, second.stderr
+        assert ours.wait(timeout=5) == -9
+        assert theirs.poll() is None
+        calls = [c for c in stub_calls(stubs) if c[0] != "nvidia-smi"]
+        assert calls[0] == ["ray", "stop", "--force"] and not any(c[0] == "pkill" for c in calls)
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+            proc.wait()
 
 
 # ---------------------------------------------------------------- tempo.yaml
