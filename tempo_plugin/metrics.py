@@ -30,6 +30,8 @@ PLOTTED_METRICS = ("critic/abs_error_mean", "critic/value_corr", "critic/identic
                    "rollout/success_rate", "eval/success_rate")
 SUCCESS_RATE = "eval/success_rate"
 ENV_STEPS = "rollout/env_steps_total"  # environment steps (rounds) of every rollout so far, evaluations excluded
+SLIME_STEP_PREFIXES = ("train/", "rollout/", "multi_turn/", "passrate/", "eval/", "perf/")
+"""The prefixes slime's wandb setup binds to a step metric (slime/observability/wandb_utils.py)."""
 IDENTICAL_WARNING = 0.9  # warn when critic/identical_group_rate stays at or above this ...
 IDENTICAL_PATIENCE = 3  # ... for this many consecutive updates
 
@@ -54,6 +56,12 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def slime_metric_names(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics under names slime plots against the rollout step: a name outside
+    ``SLIME_STEP_PREFIXES`` (critic/, td/, store/, actor/, time/ ...) gets ``rollout/`` in front."""
+    return {k if k.startswith(SLIME_STEP_PREFIXES) else f"rollout/{k}": v for k, v in metrics.items()}
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -151,3 +151,12 @@ def test_no_critic_collapse_warning_below_the_threshold(capsys):
     # every third update is below 0.9, so the streak never passes 2: 17 is 0.89, then 18 and 19 -> 2
     assert progress.identical_streak == 2
     assert capsys.readouterr() == ("", "")
+
+
+def test_slime_metric_names_prefix_what_slime_would_not_plot():
+    from tempo_plugin.metrics import slime_metric_names
+
+    named = slime_metric_names({"critic/value_corr": 0.5, "td/fresh_states": 2.0, "store/size": 9.0,
+                                "train/removed_samples": 1.0, "rollout/success_rate": 0.25, "eval/x": 1.0})
+    assert named == {"rollout/critic/value_corr": 0.5, "rollout/td/fresh_states": 2.0, "rollout/store/size": 9.0,
+                     "train/removed_samples": 1.0, "rollout/success_rate": 0.25, "eval/x": 1.0}

@@ -124,8 +124,11 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
     # rollout 0: warm-up. S = 2 boundary states x K = 2 critic samples = 4 samples, all critic or padding
     out = generate_rollout(args, 0, source)
     samples = flat(out.samples)
-    assert len(samples) == 4 and out.metrics["warmup/boundary_states"] == 2.0
+    assert len(samples) == 4 and out.metrics["rollout/warmup/boundary_states"] == 2.0
     assert out.metrics["train/removed_samples"] == 4 - sum(not s.remove_sample for s in samples) < 4
+    # every metric under a prefix slime's wandb binds to a step; all padding in one group
+    assert all(k.startswith(("rollout/", "train/", "eval/", "perf/", "multi_turn/", "passrate/")) for k in out.metrics)
+    assert len({s.group_index for s in samples if s.remove_sample}) == 1
     for sample in samples:
         check_sample_arrays(sample)
         if sample.remove_sample:
@@ -142,7 +145,7 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
     assert len(source.store) == 0
     out = generate_rollout(args, 1, source)
     samples = flat(out.samples)
-    assert len(samples) == 8 and out.metrics["td/fresh_states"] == 2.0
+    assert len(samples) == 8 and out.metrics["rollout/td/fresh_states"] == 2.0
     assert sorted({s.index for s in samples}) == list(range(8, 16))
     actors = [s for s in samples if s.metadata["tempo_role"] == "actor"]
     assert actors, "the scripted critic's values differ between branches, so some actor group has signal"
@@ -155,7 +158,7 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
         # the prompt is the start state's saved prefix: the game's first prompt here
         prompt = sample.tokens[: len(sample.tokens) - sample.response_length]
         assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n")
-    assert len(source.store) == out.metrics["store/size"] == out.metrics["td/new_endpoints"] == 4.0
+    assert len(source.store) == out.metrics["rollout/store/size"] == out.metrics["rollout/td/new_endpoints"] == 4.0
 
     # the reward post-process centres each group: actor returns within 2g, critic rewards within 2g+1
     raw, centred = post_process(args, samples)
@@ -166,7 +169,7 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
 
     # rollout 2: TD from stored states; the prompt is now a mid-episode prefix (5 rounds in)
     out = generate_rollout(args, 2, source)
-    assert out.metrics["td/fresh_states"] == 0.0 and out.metrics["td/macro_index_mean"] == 1.0
+    assert out.metrics["rollout/td/fresh_states"] == 0.0 and out.metrics["rollout/td/macro_index_mean"] == 1.0
     for sample in flat(out.samples):
         check_sample_arrays(sample)
         if sample.metadata["tempo_role"] == "actor":

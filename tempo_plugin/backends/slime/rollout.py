@@ -11,6 +11,10 @@ complete episodes, reward = episode return; slime's own GRPO normalisation group
 
 With ``evaluation=True`` both play ``eval_games`` held-out games once each and return the success
 rate as slime's eval output, logged as ``eval/success_rate``.
+
+slime plots a rollout function's metrics against the rollout step only under its own prefixes
+(``metrics.SLIME_STEP_PREFIXES``), so ``critic/value_corr`` is returned as
+``rollout/critic/value_corr``, and so on.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from tempo_plugin.backends.slime.data_source import TempoDataSource
 from tempo_plugin.backends.slime.samples import from_episode, slime_groups
 from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
 from tempo_plugin.config import ConfigError
-from tempo_plugin.metrics import SUCCESS_RATE
+from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games
 from tempo_plugin.rollout.updates import rollout_metrics, start_states
 
@@ -69,7 +73,7 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
         "store/size": float(len(source.store)),
         "train/removed_samples": float(count - len(batch.samples)),
     }
-    return types.TrainOutput(samples=groups, metrics=metrics)
+    return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
 
 
 def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
@@ -90,7 +94,7 @@ def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
         "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
         **rollout_metrics([r for b in branches for r in b.rounds]),
     }
-    return types.TrainOutput(samples=groups, metrics=metrics)
+    return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
 
 
 def evaluate(source: TempoDataSource, types: SimpleNamespace) -> Any:

@@ -9,8 +9,9 @@ A slime sample is ``tokens = prompt + response`` with ``response_length`` tokens
 - critic sample: prompt = the critic prompt, response = the sampled completion (all trained).
 - ``reward`` = the raw return R_n (actor) or the raw critic reward r_k, and the reward post-process
   centres it per ``group_index`` (actor group of start state g: 2g; its critic group: 2g + 1).
-- padding: a two-token sample with ``remove_sample=True`` (slime zeroes its loss mask) and its own
-  group, so a rollout always returns the same number of samples.
+- padding: two-token samples with ``remove_sample=True`` (slime zeroes their loss masks), all in one
+  group after the real ones (one zero-std group in slime's counts, not one per padding sample),
+  so a rollout always returns the same number of samples.
 
 The ``Sample`` class is passed in: slime's own at run time, a stand-in with the same fields in
 tests where slime is not installed.
@@ -100,7 +101,7 @@ def slime_groups(
         groups.setdefault(converted.group_index, []).append(converted)
     first_padding_group = max(groups, default=-1) + 1
     padding = [
-        padding_sample(sample_cls, first_padding_group + j, first_index + len(samples) + j, pad_token_id)
+        padding_sample(sample_cls, first_padding_group, first_index + len(samples) + j, pad_token_id)
         for j in range(count - len(samples))
     ]
     return list(groups.values()) + ([padding] if padding else [])
