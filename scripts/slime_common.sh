@@ -270,6 +270,11 @@ slime_ppo_args() {
     --balance-data                   # spread the tokens evenly over the data-parallel ranks
   )
 
+  # The model file's chat-template arguments (Qwen3: thinking off, see scripts/models/qwen3-*.sh).
+  if [ -n "${CHAT_TEMPLATE_KWARGS:-}" ]; then
+    ROLLOUT_ARGS+=(--apply-chat-template-kwargs "$CHAT_TEMPLATE_KWARGS")
+  fi
+
   # Not the shared EVAL_ARGS: those name TEMPO's held-out games, which these recipes do not play.
   EVAL_ARGS=()
   if [ -n "${EVAL_DATA:-}" ]; then
@@ -344,14 +349,28 @@ slime_launch_id() {
   printf 'tempo-%s\n' "$(printf '%s' "$SAVE_DIR" | cksum | cut -d' ' -f1)"
 }
 
+# slime_extra_requirements EXTRA: the requirement strings of one optional-dependency group of
+# pyproject.toml (the one place their versions are pinned), one per line.
+slime_extra_requirements() {
+  sed -n "s/^$1 = \[\(.*\)\]\$/\1/p" "$TEMPO_ROOT/pyproject.toml" | tr ',' '\n' | sed 's/^ *"//; s/" *$//' | grep -v '^$'
+}
+
 # The runtime environment of the Ray job, as one line of JSON: Megatron and this repository
-# (for the tempo_plugin hooks) on PYTHONPATH, and the launch id.
+# (for the tempo_plugin hooks) on PYTHONPATH, the launch id, and the packages in JOB_PIP (slime's
+# image lacks them; Ray installs them for the job on every node that runs a part of it).
 slime_runtime_env_json() {
-  local pythonpath nvls
+  local pythonpath nvls pip="" req
   pythonpath="$(slime_json_string "$MEGATRON_DIR:$TEMPO_ROOT")"
   nvls="$(slime_nvlink_flag)"
+  for req in ${JOB_PIP[@]+"${JOB_PIP[@]}"}; do
+    pip+="${pip:+,}$(slime_json_string "$req")"
+  done
   printf '{"env_vars":{"PYTHONPATH":%s,"CUDA_DEVICE_MAX_CONNECTIONS":"1",' "$pythonpath"
-  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1","TEMPO_LAUNCH_ID":"%s"}}' "$nvls" "$(slime_launch_id)"
+  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1","TEMPO_LAUNCH_ID":"%s"}' "$nvls" "$(slime_launch_id)"
+  if [ -n "$pip" ]; then
+    printf ',"pip":[%s]' "$pip"
+  fi
+  printf '}\n'
 }
 
 # slime_stop_previous: stops what an earlier launch of this recipe with the same SAVE_DIR left

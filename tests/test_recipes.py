@@ -147,10 +147,10 @@ def train_args(stdout, slime_dir):
     return words[dash + 3:]
 
 
-def runtime_env(stdout):
+def runtime_env(stdout, key="env_vars"):
     words = printed_command(stdout, "ray job submit")
     [flag] = [w for w in words if w.startswith("--runtime-env-json=")]
-    return json.loads(flag.split("=", 1)[1])["env_vars"]
+    return json.loads(flag.split("=", 1)[1]).get(key)
 
 
 def values(args, flag):
@@ -361,6 +361,23 @@ def test_launch_clears_leftovers_starts_ray_and_submits(stubs, setup):
     assert values(submitted, "--num-rollout") == ["300", "5"]
     assert value(submitted, "--actor-num-nodes") == "2"
     assert "ray start --address=127.0.0.1:6379 --num-gpus 8" in result.stdout
+
+
+@all_recipe_params
+def test_math_recipes_ship_math_verify_and_turn_qwen3_thinking_off(recipe, stubs, setup):
+    import tomllib
+
+    result = run(recipe, stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout, setup["SLIME_DIR"])
+    math_extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["math"]
+    uses_math = value(args, "--custom-rm-path") == "tempo_plugin.backends.slime.rewards.math_reward" if "--custom-rm-path" in args else False
+    assert runtime_env(result.stdout, "pip") == (math_extra if uses_math else None)
+    single_turn_qwen3 = "--prompt-data" in args and recipe.startswith("qwen3")
+    expected = ['{"enable_thinking":false}'] if single_turn_qwen3 else []
+    assert values(args, "--apply-chat-template-kwargs") == expected
+    if expected:
+        assert json.loads(expected[0]) == {"enable_thinking": False}
 
 
 def test_dashboard_binds_to_loopback_unless_asked(stubs, setup):

@@ -19,3 +19,9 @@ MODEL_ARGS=(
   --vocab-size 151936
   # The 4B model ties its input embedding and output layer, so no --untie-embeddings-and-output-weights.
 )
+
+# Qwen3's chat template answers in thinking mode unless told otherwise. The single-turn recipes turn
+# it off (slime's --apply-chat-template-kwargs): thinking responses often run past the 4096-token
+# response cap before the boxed answer, and a cut response scores 0. The TEMPO recipes render
+# their prompts with enable_thinking=False as well (tempo_plugin.rollout.protocol).
+CHAT_TEMPLATE_KWARGS='{"enable_thinking":false}'

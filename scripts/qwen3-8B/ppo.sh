@@ -23,6 +23,8 @@ PLUGIN_ARGS=(
   --custom-rm-path tempo_plugin.backends.slime.rewards.math_reward   # 1 for a correct final answer, else 0
 )
 
+# math_reward needs math-verify, which slime's image lacks: Ray installs it for the job (runtime env).
+mapfile -t JOB_PIP < <(slime_extra_requirements math)
 slime_ppo_args math 4096   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS (lambd 0.95, as tppo.sh: only the critic differs)
 PPO_ARGS+=(--normalize-advantages)   # whiten the advantages over the batch, as slime's PPO test does
 

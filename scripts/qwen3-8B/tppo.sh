@@ -30,6 +30,8 @@ PLUGIN_ARGS=(
   --custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages
 )
 
+# math_reward needs math-verify, which slime's image lacks: Ray installs it for the job (runtime env).
+mapfile -t JOB_PIP < <(slime_extra_requirements math)
 slime_ppo_args math 4096   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS
 # No --normalize-advantages: whitening would rescale the tracked-value advantages.
 

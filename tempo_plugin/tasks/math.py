@@ -19,7 +19,7 @@ Reward rules (``reward(response, label)``, 1.0 or 0.0, never raises on model out
 * a label math-verify cannot parse is compared as a whitespace-stripped string.
 
 Importing this module does not import ``math_verify``; ``reward`` imports it and, when missing,
-raises ``ImportError("math rewards need math-verify: pip install -e .[math]")``. Its signal-based
+raises ``ImportError(MISSING_MATH_VERIFY)`` (one line naming the install step). Its signal-based
 timeouts only work in the main thread, so elsewhere they are disabled.
 """
 
@@ -36,7 +36,8 @@ from tempo_plugin.tasks import SYSTEM_PROMPT, Problem, chat_messages, extract_an
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PATH = REPO_ROOT / "data" / "math" / "sample.jsonl"
-MISSING_MATH_VERIFY = "math rewards need math-verify: pip install -e .[math]"
+MISSING_MATH_VERIFY = ("math rewards need math-verify: pip install -e .[math] (the slime math recipes "
+                       "have Ray install it for the job; check the job's runtime_env pip step)")
 MAX_ANSWER_CHARS = 2000
 """Longer answers score 0.0 without being parsed."""
 
