@@ -1,5 +1,48 @@
+"""Shared fixtures, and where slime's source comes from.
+
+``TEMPO_SLIME_SRC`` names a folder holding slime's source (its ``slime`` package, e.g. a checkout at
+the pinned commit). When it is set, the folder goes first on ``sys.path`` and ``PYTHONPATH`` (for the
+tests that run slime in a subprocess), and a slime-facing test (``tests/test_slime_*.py``) that
+skips counts as a failure: CI sets it, so nothing of the slime glue goes untested there. Without it
+the slime-facing tests use slime when it is importable and skip, with the reason, when not.
+"""
+
+import os
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+SLIME_SRC = os.environ.get("TEMPO_SLIME_SRC", "")
+if SLIME_SRC:
+    if not (Path(SLIME_SRC) / "slime" / "__init__.py").is_file():
+        raise pytest.UsageError(f"TEMPO_SLIME_SRC={SLIME_SRC} holds no slime package (slime/__init__.py)")
+    sys.path.insert(0, SLIME_SRC)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (SLIME_SRC, os.environ.get("PYTHONPATH", "")) if p)
+
+
+def _slime_facing(path: str) -> bool:
+    return Path(str(path)).name.startswith("test_slime_")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if SLIME_SRC and report.skipped and _slime_facing(item.fspath) and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"slime-facing test skipped although TEMPO_SLIME_SRC is set: {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if SLIME_SRC and report.skipped and _slime_facing(getattr(collector, "fspath", "")):
+        report.outcome = "failed"
+        report.longrepr = f"slime-facing test module skipped although TEMPO_SLIME_SRC is set: {report.longrepr}"
+
 
 
 @pytest.fixture(scope="session")

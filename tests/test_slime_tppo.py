@@ -260,7 +260,12 @@ def test_init_patches_slime_value_loss_and_dispatcher_uses_it(slime_mods, monkey
     original = loss_mod.value_loss_function
     assert original is not tppo.value_loss
     monkeypatch.setattr(loss_mod, "value_loss_function", original)  # restored after the test
+    heads = []
+    # slime_mods stubs megatron.core with an mpu only; the head patch is tested on real megatron-core
+    # in tests/test_slime_critic_head.py
+    monkeypatch.setattr(tppo, "patch_critic_head", lambda: heads.append(1))
     tppo.init(_critic_args())
+    assert heads == [1]
     assert loss_mod.value_loss_function is tppo.value_loss
     tppo.init(_critic_args())  # idempotent
     assert loss_mod.value_loss_function is tppo.value_loss

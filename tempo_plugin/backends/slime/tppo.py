@@ -6,7 +6,8 @@ Two hooks, both for ``--advantage-estimator ppo`` (which gives slime its critic)
     Runs on every train rank of the actor and of the critic, before the model is built. It rebinds
     ``slime.backends.megatron_utils.loss.value_loss_function`` (a module global that slime's loss
     dispatcher looks up on every call; the critic always trains with ``loss_type = "value_loss"``)
-    to :func:`value_loss`. On the actor that global is never used, so patching there is harmless.
+    to :func:`value_loss`, and makes the critic's head bias-free and zero-initialised (see
+    :func:`init`). On the actor these globals are never used, so patching there is harmless.
 
 ``--custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages``
     Runs on the actor (slime clears this path for the critic when ``--megatron-config-path`` is
@@ -267,11 +268,63 @@ def value_loss(
 # Init hook
 
 
+def zero_critic_head(layer: torch.nn.Linear) -> torch.nn.Linear:
+    """Zero the critic head's weight and drop its bias: f_t = 0, so V_t = sigmoid(0) = 1/2 for every
+    prefix at the start, and no per-token bias b makes z_t drift by t * b."""
+    with torch.no_grad():
+        layer.weight.zero_()
+    layer.bias = None
+    return layer
+
+
+def _zero_head_class(base: type) -> type:
+    """A subclass of slime's ``LinearForLastLayer`` built bias-free with a zero weight."""
+
+    class ZeroCriticHead(base):  # type: ignore[misc, valid-type]
+        def __init__(self, input_size: int, output_size: int, *, config: Any, bias: bool = True) -> None:
+            super().__init__(input_size, output_size, config=config, bias=False)
+            zero_critic_head(self)
+
+    ZeroCriticHead.__qualname__ = f"{__name__}.ZeroCriticHead"
+    return ZeroCriticHead
+
+
+def _reinitialize_to_zero(args: Any, model: Any) -> None:
+    """Stands in for slime's ``_reinitialize_critic_output_layer`` (run when the loaded checkpoint,
+    e.g. REF_CKPT, has no critic head): zero instead of N(0, init_method_std)."""
+    import slime.backends.megatron_utils.model as slime_model
+
+    for _chunk, layer in slime_model._iter_critic_output_layers(model):
+        with torch.no_grad():
+            layer.weight.zero_()
+            if layer.bias is not None:
+                layer.bias.zero_()
+
+
+def patch_critic_head() -> None:
+    """Make slime build (and re-draw) the critic head bias-free with a zero weight.
+
+    slime builds the head as ``model_provider.LinearForLastLayer(..., bias=True)`` with N(0, 0.02)
+    weights, and draws it again (``model._reinitialize_critic_output_layer``) after loading a
+    checkpoint without one (REF_CKPT). Both are module globals slime looks up when it calls them, so
+    rebinding them before the model is built takes effect."""
+    import slime.backends.megatron_utils.model as slime_model
+    import slime.backends.megatron_utils.model_provider as slime_provider
+
+    if not getattr(slime_provider.LinearForLastLayer, "_tempo_zero_head", False):
+        head = _zero_head_class(slime_provider.LinearForLastLayer)
+        head._tempo_zero_head = True
+        slime_provider.LinearForLastLayer = head
+    slime_model._reinitialize_critic_output_layer = _reinitialize_to_zero
+
+
 def init(args: Any) -> None:
-    """slime ``--custom-megatron-init-path`` hook: route the critic's value loss to :func:`value_loss`."""
+    """slime ``--custom-megatron-init-path`` hook (runs before the models are built): routes the
+    critic's value loss to :func:`value_loss` and the critic head to :func:`patch_critic_head`."""
     global _patched_once
     import slime.backends.megatron_utils.loss as slime_loss
 
+    patch_critic_head()
     previous = slime_loss.value_loss_function
     if previous is value_loss:
         return
@@ -279,7 +332,7 @@ def init(args: Any) -> None:
     if not _patched_once:
         _patched_once = True
         logger.info(
-            "TPPO: replaced %s.value_loss_function (%s.%s) with %s.value_loss",
+            "TPPO: replaced %s.value_loss_function (%s.%s) with %s.value_loss; critic head bias-free, zero init",
             slime_loss.__name__,
             getattr(previous, "__module__", "?"),
             getattr(previous, "__qualname__", repr(previous)),
