@@ -34,6 +34,11 @@
 #     ray start --address=$MASTER_ADDR:6379 --num-gpus $NUM_GPUS
 # (the recipe prints this line too). The submitted job waits until all NUM_NODES x NUM_GPUS GPUs
 # have registered before it places the actor, so the workers may join after the submit.
+# What every node must see at the same path (a shared filesystem): SAVE_DIR (checkpoints, and the
+# TEMPO state store in SAVE_DIR/tempo, read and written by the RolloutManager, which Ray may place
+# on any node), TEMPO_CONFIG or PROMPT_DATA/EVAL_DATA, HF_CKPT, REF_CKPT, and this repository
+# (the hooks are imported from it through PYTHONPATH). The TEMPO data source checks SAVE_DIR at
+# start-up against SAVE_DIR/tempo_launch_id, written here on the head node.
 
 TEMPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -445,6 +450,8 @@ slime_launch() {
   mkdir -p "$SAVE_DIR"
   slime_stop_previous
   sleep 3
+  # The RolloutManager checks at start-up that it sees this file (SAVE_DIR shared by every node).
+  slime_launch_id >"$SAVE_DIR/tempo_launch_id"
 
   export PYTHONUNBUFFERED=1
   echo "+ $(slime_print_cmd "${ray_start[@]}")"

@@ -352,6 +352,9 @@ def test_launch_clears_leftovers_starts_ray_and_submits(stubs, setup):
     assert result.returncode == 0, result.stderr
     assert Path(setup["SAVE_DIR"]).is_dir()
     calls = [call for call in stub_calls(stubs) if call[0] != "nvidia-smi"]
+    # the launch id for the RolloutManager's shared-SAVE_DIR check, equal to the job's TEMPO_LAUNCH_ID
+    submitted_env = json.loads(next(a for a in calls[-1] if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert (Path(setup["SAVE_DIR"]) / "tempo_launch_id").read_text().strip() == submitted_env["env_vars"]["TEMPO_LAUNCH_ID"]
     # a first launch stops nothing: no Ray head of its own to stop, and nothing is pkill'ed
     assert calls[0] == ["sleep", "3"]
     assert calls[1][:3] == ["ray", "start", "--head"]

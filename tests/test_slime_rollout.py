@@ -8,6 +8,7 @@ import random
 import re
 import zlib
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -294,3 +295,31 @@ def test_hook_modules_import_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_data_source_refuses_a_save_dir_this_node_cannot_see(tmp_path, tokenizer_dir, monkeypatch):
+    """Multi-node: the recipe writes SAVE_DIR/tempo_launch_id on the head node and passes the id as
+    TEMPO_LAUNCH_ID; a RolloutManager whose node does not see that file stops with one line."""
+    from tempo_plugin.config import ConfigError
+
+    args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1")
+    monkeypatch.setenv("TEMPO_LAUNCH_ID", "tempo-123")
+    with pytest.raises(ConfigError, match=r"does not hold this launch's tempo_launch_id \(missing.*shares"):
+        TempoDataSource(args)
+    Path(args.save).mkdir(parents=True)
+    (Path(args.save) / "tempo_launch_id").write_text("tempo-999\n")  # a stale id from another launch
+    with pytest.raises(ConfigError, match="'tempo-999', expected 'tempo-123'"):
+        TempoDataSource(args)
+    (Path(args.save) / "tempo_launch_id").write_text("tempo-123\n")
+    TempoDataSource(args)  # seen: fine
+    monkeypatch.delenv("TEMPO_LAUNCH_ID")
+    (Path(args.save) / "tempo_launch_id").unlink()
+    TempoDataSource(args)  # not launched by our recipes: no check
+
+
+def test_config_file_missing_on_this_node_is_one_line(tmp_path, tokenizer_dir):
+    from tempo_plugin.config import ConfigError
+
+    args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", custom_config_path=str(tmp_path / "nowhere.yaml"))
+    with pytest.raises(ConfigError, match=r"--custom-config-path .*nowhere.yaml does not exist on this node .*same path on every node"):
+        TempoDataSource(args)

@@ -8,25 +8,53 @@ hands it to the rollout function, and slime calls ``save(rollout_id)`` next to e
 
 Saved per checkpoint: ``<--save>/tempo/state_<rollout_id>.pkl`` with the state store (and its
 sampling RNG) and the training-game cursor.
+
+Multi-node: Ray may place the RolloutManager (and so this data source) on any node. It reads the
+TEMPO YAML (``--custom-config-path``) and reads and writes ``SAVE_DIR/tempo``, so both must be at
+the same path on every node (a shared filesystem). The recipe writes ``SAVE_DIR/tempo_launch_id``
+on the head node and passes the id to the job as ``TEMPO_LAUNCH_ID``; :func:`check_shared_save_dir`
+compares the two at start-up, so a SAVE_DIR the RolloutManager's node cannot see fails at once
+instead of silently starting from an empty state store on resume.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import pickle
+import socket
 from pathlib import Path
 from typing import Any
 
 from tempo_plugin.backends.slime.settings import check_global_batch_size, sample_counts, tempo_config_from_args
-from tempo_plugin.config import TempoConfig
+from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.rollout.games import train_game
 from tempo_plugin.states.store import StateStore
 
 logger = logging.getLogger(__name__)
 
 
+LAUNCH_ID_FILE = "tempo_launch_id"
+"""Written into SAVE_DIR by the recipe (scripts/slime_common.sh) on the head node."""
+
+
 def state_path(directory: str, rollout_id: int) -> Path:
     return Path(directory) / "tempo" / f"state_{rollout_id}.pkl"
+
+
+def check_shared_save_dir(save_dir: str | None, launch_id: str | None) -> None:
+    """Raise ConfigError unless ``save_dir`` holds the launch id the recipe wrote on the head node.
+    No check without a launch id (a job not started by our recipes) or without --save."""
+    if not launch_id or not save_dir:
+        return
+    marker = Path(save_dir) / LAUNCH_ID_FILE
+    seen = marker.read_text().strip() if marker.is_file() else None
+    if seen != launch_id:
+        raise ConfigError(
+            f"SAVE_DIR={save_dir} on node {socket.gethostname()} does not hold this launch's {LAUNCH_ID_FILE} "
+            f"({'missing' if seen is None else repr(seen)}, expected {launch_id!r}): the RolloutManager keeps the "
+            "state store in SAVE_DIR/tempo, so SAVE_DIR must be on a filesystem every node shares"
+        )
 
 
 class TempoDataSource:
@@ -34,6 +62,7 @@ class TempoDataSource:
 
     def __init__(self, args: Any) -> None:
         self.args = args
+        check_shared_save_dir(getattr(args, "save", None), os.environ.get("TEMPO_LAUNCH_ID"))
         self.cfg: TempoConfig = tempo_config_from_args(args)
         counts = sample_counts(self.cfg, str(getattr(args, "rollout_function_path", "")))
         check_global_batch_size(getattr(args, "global_batch_size", None), counts)

@@ -19,6 +19,9 @@ removed samples (``remove_sample=True``: loss mask 0), so every rollout has exac
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 from typing import Any
 
 from tempo_plugin.config import ConfigError, TempoConfig, flag, read_config_file
@@ -70,6 +73,11 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
     """The TempoConfig of a slime run; raises ConfigError (one line naming the key or flag)."""
     path = getattr(args, "custom_config_path", None)
     source = path or "slime args"
+    if path and not Path(path).is_file():
+        raise ConfigError(
+            f"--custom-config-path {path} does not exist on this node ({socket.gethostname()}): the RolloutManager "
+            "may run on any node, so the TEMPO YAML must be at the same path on every node (a shared filesystem)"
+        )
     values = read_config_file(path) if path else {}
     for key in values:
         name = str(key).replace("-", "_")
