@@ -440,7 +440,7 @@ def test_tempo_yaml_holds_only_tempo_settings_and_fits_the_batch_sizes(model, st
 
     settings = yaml.safe_load((SCRIPTS / model / "tempo.yaml").read_text())
     assert set(settings) == TEMPO_KEYS
-    assert settings["env"] == "vault" and settings["critic_samples"] == 8
+    assert settings["env"] == "vaults" and settings["critic_samples"] == 8
 
     k = settings["critic_samples"]
     for algorithm in ("tempo", "grpo"):
