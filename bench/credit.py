@@ -8,8 +8,9 @@ episodes included), measuring held-out success on ``--eval-games`` games every `
 updates. It then writes, under ``--out``:
 
 - ``credit.png``: held-out success against environment steps, mean over seeds with the min-max band;
-- ``credit.md``: base and final success (mean +- std over seeds, and each seed), the environment steps
-  each method needed to reach GRPO's mean final success (first evaluation at or above it, per seed);
+- ``credit.md``: base, final and peak success (mean +- std over seeds, and each seed's final), the
+  environment steps each method needed to reach GRPO's mean final and mean peak success (first
+  evaluation at or above it, per seed);
 - ``credit.json``: the same numbers, and every evaluation point.
 
 Runs that already finished (a ``summary.json`` in their folder) are not recomputed, so an
@@ -80,26 +81,36 @@ def report(runs: dict[str, dict[int, Path]], args: argparse.Namespace) -> None:
     points = {m: {s: eval_points(p) for s, p in by_seed.items()} for m, by_seed in runs.items()}
     grpo = next(m for m in points if m.startswith("GRPO"))
     grpo_final = statistics.fmean(p[-1][1] for p in points[grpo].values())
-    rows, summary = [], {"env_steps_budget": args.env_steps, "eval_games": args.eval_games, "grpo_final_mean": grpo_final, "methods": {}}
+    grpo_peak = statistics.fmean(max(rate for _, rate in p[1:]) for p in points[grpo].values())
+    rows, summary = [], {"env_steps_budget": args.env_steps, "eval_games": args.eval_games, "grpo_final_mean": grpo_final,
+                         "grpo_peak_mean": grpo_peak, "methods": {}}
+
+    def reach_cell(reach: list[float | None]) -> str:
+        reached = [r for r in reach if r is not None]
+        return f"{len(reached)}/{len(reach)} seeds, {(statistics.fmean(reached) if reached else float('nan')):.0f}"
+
     for method, by_seed in points.items():
         base = [p[0][1] for p in by_seed.values()]
         final = [p[-1][1] for p in by_seed.values()]
+        peak = [max(rate for _, rate in p[1:]) for p in by_seed.values()]
         reach = [steps_to_reach(p, grpo_final) for p in by_seed.values()]
-        reached = [r for r in reach if r is not None]
+        reach_peak = [steps_to_reach(p, grpo_peak) for p in by_seed.values()]
         rows.append(
             f"| {method} | {mean_std(base)} | {mean_std(final)} | {mean_std([f - b for f, b in zip(final, base)])} | "
             + " / ".join(f"{v:.3f}" for v in final)
-            + f" | {len(reached)}/{len(reach)} seeds, {(statistics.fmean(reached) if reached else float('nan')):.0f} |"
+            + f" | {mean_std(peak)} | {reach_cell(reach)} | {reach_cell(reach_peak)} |"
         )
-        summary["methods"][method] = {"base": base, "final": final, "steps_to_grpo_final": reach,
-                                       "points": {str(s): p for s, p in by_seed.items()}}
+        summary["methods"][method] = {"base": base, "final": final, "peak": peak, "steps_to_grpo_final": reach,
+                                       "steps_to_grpo_peak": reach_peak, "points": {str(s): p for s, p in by_seed.items()}}
     seeds = " / ".join(str(s) for s in next(iter(runs.values())))
     table = "\n".join([
         f"Held-out success on {args.eval_games} games, {args.env_steps} environment steps per run, seeds {seeds} "
-        f"(mean +- std over seeds; per-seed finals in seed order).",
+        f"(mean +- std over seeds; per-seed finals in seed order; peak = best evaluation after the base; "
+        f"env steps = mean over the seeds that reached the level, first evaluation at or above it).",
         "",
-        f"| method | base | final | final - base | final per seed | env steps to GRPO's final mean ({grpo_final:.3f}) |",
-        "|---|---|---|---|---|---|",
+        f"| method | base | final | final - base | final per seed | peak | env steps to GRPO's final mean ({grpo_final:.3f}) "
+        f"| env steps to GRPO's peak mean ({grpo_peak:.3f}) |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
     ])
     (out / "credit.md").write_text(table + "\n")
