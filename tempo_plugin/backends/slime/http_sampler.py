@@ -14,7 +14,6 @@ running on the server, so the sampler raises instead of sending it a second time
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -70,15 +69,10 @@ class HTTPSampler:
                 problem = f"{self.url} answered {error.code}: {error.read()[:200]!r}"
                 if error.code < 500:
                     raise GenerationError(problem) from error
-            except (TimeoutError, socket.timeout) as error:
-                raise GenerationError(f"{self.url} gave no answer within {self.timeout_s} s (not re-sent: "
-                                      "the generation may still be running)") from error
-            except urllib.error.URLError as error:
-                if isinstance(error.reason, (TimeoutError, socket.timeout)):
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+                if isinstance(error, TimeoutError) or isinstance(getattr(error, "reason", None), TimeoutError):
                     raise GenerationError(f"{self.url} gave no answer within {self.timeout_s} s (not re-sent: "
                                           "the generation may still be running)") from error
-                problem = f"{self.url} unreachable: {error}"
-            except ConnectionError as error:
                 problem = f"{self.url} unreachable: {error}"
             if attempt < self.max_retries:
                 time.sleep(self.retry_delay_s)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-
 from typing import Any
 
 from tempo_plugin.config import ConfigError, TempoConfig, flag, read_config_file
