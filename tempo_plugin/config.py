@@ -78,6 +78,8 @@ class TempoConfig:
     seed: int = field(default=0, metadata={"help": "random seed"})
     out: str = field(default="runs/tempo-tiny", metadata={"help": "output directory"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --out"})
+    wandb: bool = field(default=False, metadata={"help": "also log metrics, config and curves to Weights & Biases (WANDB_MODE=offline: no network; needs .[wandb])"})
+    wandb_project: str = field(default="tempo_plugin", metadata={"help": "wandb project of --wandb"})
 
     @property
     def multi_turn(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 # The metrics the end-of-run table compares (first value, last value, mean of the last quarter)
 # with the phase they are read over (None: every update), and the ones the curves plot.
@@ -39,8 +39,11 @@ IDENTICAL_PATIENCE = 3  # ... for this many consecutive updates
 class MetricsLog:
     """Appends one JSON line per record and flushes it, so a crash loses nothing already logged."""
 
-    def __init__(self, path: str | Path, keep_updates_below: int | None = None) -> None:
+    def __init__(self, path: str | Path, keep_updates_below: int | None = None,
+                 mirror: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """``mirror`` also receives every record logged from now on (``--wandb``)."""
         self.path = Path(path)
+        self.mirror = mirror
         self.records: list[dict[str, Any]] = []
         if self.path.exists():
             kept = [r for r in read_metrics(self.path) if keep_updates_below is None or r.get("update", -1) < keep_updates_below]
@@ -53,6 +56,8 @@ class MetricsLog:
         self.records.append(clean)
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
+        if self.mirror is not None:
+            self.mirror(clean)
 
     def close(self) -> None:
         self._file.close()

@@ -44,6 +44,7 @@ from tempo_plugin.rollout.games import eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.updates import TempoRollout, start_states
 from tempo_plugin.states.store import StateStore
+from tempo_plugin.wandb_log import WandbRun
 
 
 @dataclass
@@ -140,7 +141,9 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     progress = Progress()
     if cfg.resume:
         store, progress = load_checkpoint(checkpoint, optimizer)
-    log = MetricsLog(out / "metrics.jsonl", keep_updates_below=progress.next_update if cfg.resume else None)
+    wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
+    log = MetricsLog(out / "metrics.jsonl", keep_updates_below=progress.next_update if cfg.resume else None,
+                     mirror=wandb_run.log if wandb_run else None)
 
     def evaluate(update: int, what: str) -> float:
         print(f"measuring the {what} policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
@@ -214,6 +217,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     records = log.records
     rows = summary_rows(records)
     plot_curves(records, out / "curves.png")
+    if wandb_run:
+        wandb_run.finish(out / "curves.png")
     summary = summary_dict(rows)
     depths = dict(sorted(progress.start_depths.items(), key=lambda kv: int(kv[0])))
     summary["td/start_depth_histogram"] = depths

@@ -14,6 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# The tools beside the package (eval/, analysis/) are imported as packages from the repository root.
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
 SLIME_SRC = os.environ.get("TEMPO_SLIME_SRC", "")
 if SLIME_SRC:
     if not (Path(SLIME_SRC) / "slime" / "__init__.py").is_file():

@@ -1,0 +1,55 @@
+"""What a path on the command line of the tools (eval, analysis) points at: a run or a model.
+
+A **run directory** is what ``python -m tempo_plugin.train --out DIR`` writes: ``config.yaml`` and
+the policy's weights, in ``checkpoints/latest/`` (TEMPO, multi-turn GRPO) or ``policy/``
+(single-turn GRPO/PPO/TPPO; their scalar critic in ``critic/``). A **model directory** is any local
+Hugging Face model directory (``config.json`` + tokenizer), with no run settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tempo_plugin.config import ConfigError, TempoConfig, load_config_file
+
+POLICY_DIRS = ("checkpoints/latest", "policy")
+"""Where a run keeps its policy, in the order looked for."""
+CRITIC_DIR = "critic"
+"""Where a single-turn PPO/TPPO run keeps its scalar critic."""
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A resolved command-line path: the model directory to load and, for a run, its settings."""
+
+    path: Path  # as given
+    model_dir: Path  # a Hugging Face model directory (config.json, tokenizer)
+    config: TempoConfig | None  # the run's config.yaml; None for a bare model directory
+
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+    @property
+    def critic_dir(self) -> Path | None:
+        """The run's scalar critic (PPO/TPPO), or None."""
+        candidate = self.path / CRITIC_DIR
+        return candidate if (candidate / "critic.safetensors").is_file() else None
+
+
+def resolve_run(path: str | Path) -> RunRef:
+    """A run directory or a model directory; a one-line ConfigError naming the path otherwise."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ConfigError(f"{path}: no such directory (give a run directory runs/<name> or a Hugging Face model directory)")
+    config = load_config_file(str(root / "config.yaml")) if (root / "config.yaml").is_file() else None
+    if (root / "config.json").is_file():
+        return RunRef(root, root, config)
+    for sub in POLICY_DIRS:
+        if (root / sub / "config.json").is_file():
+            return RunRef(root, root / sub, config)
+    if config is not None:
+        raise ConfigError(f"{path}: a run directory without a saved policy (no {' or '.join(POLICY_DIRS)}); "
+                          "did the run finish its first checkpoint?")
+    raise ConfigError(f"{path}: neither a run directory (config.yaml) nor a Hugging Face model directory (config.json)")
