@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -35,6 +36,9 @@ class TempoConfig:
     critic_reward: str = field(default="squared", metadata={
         "help": "critic reward: abs = -|V-G|/R_max (the method as specified, pushes towards the median) or "
                 "squared = -(V-G)^2/R_max^2 (pushes towards the mean)", "choices": ("abs", "squared")})
+    invalid_action_penalty: float = field(default=0.1, metadata={
+        "help": "c: the actor's return counts -c per action the environment did not accept (TEMPO, multi-turn GRPO); "
+                "the critic's target is unchanged (0: the method as specified)"})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
     # algorithm
     advantage_estimator: str = field(default="tempo", metadata={
@@ -74,10 +78,11 @@ class TempoConfig:
     eval_games: int = field(default=64, metadata={"help": "held-out games for the success rate before and after"})
     max_env_steps: int = field(default=0, metadata={"help": "stop training once the rollouts have taken this many environment steps (0: no limit)"})
     eval_every: int = field(default=0, metadata={"help": "also measure the success rate every this many updates (0: only before and after)"})
-    save_every: int = field(default=5, metadata={"help": "checkpoint every N updates (the final one always)"})
+    save_every: int = field(default=1, metadata={"help": "checkpoint every N updates (the final one always; 1: a crash loses at most one update)"})
     seed: int = field(default=0, metadata={"help": "random seed"})
     out: str = field(default="runs/tempo-tiny", metadata={"help": "output directory"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --out"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --out (the same settings; a longer --td-updates is fine)"})
+    allow_config_change: bool = field(default=False, metadata={"help": "let --resume change settings other than the run length, device and logging"})
     wandb: bool = field(default=False, metadata={"help": "also log metrics, config and curves to Weights & Biases (WANDB_MODE=offline: no network; needs .[wandb])"})
     wandb_project: str = field(default="tempo_plugin", metadata={"help": "wandb project of --wandb"})
 
@@ -97,6 +102,17 @@ class TempoConfig:
         return self.warmup_updates + self.td_updates
 
     def validate(self) -> "TempoConfig":
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if str(f.type) == "float" and not math.isfinite(value):
+                raise ConfigError(f"{flag(f.name)} must be a finite number (got {value})")
+        from tempo_plugin.envs import ENVS
+        from tempo_plugin.tasks import TASKS
+
+        if self.env not in ENVS:
+            raise ConfigError(f"--env {self.env!r} is not an environment: choose one of {', '.join(sorted(ENVS))}")
+        if self.task and self.task not in TASKS:
+            raise ConfigError(f"--task {self.task!r} is not a task: choose one of {', '.join(sorted(TASKS))}")
         positive = (
             "macro_rounds", "branches", "critic_samples", "endpoint_samples", "states_per_batch",
             "warmup_games_per_batch", "state_store_capacity", "max_episode_steps",
@@ -131,7 +147,7 @@ class TempoConfig:
             raise ConfigError(f"--critic-reward must be abs or squared (got {self.critic_reward!r})")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"--top-p must be in (0, 1] (got {self.top_p})")
-        for name in ("eps_clip", "eps_clip_high", "weight_decay", "grad_clip"):
+        for name in ("eps_clip", "eps_clip_high", "weight_decay", "grad_clip", "invalid_action_penalty"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -27,7 +27,7 @@ import yaml
 from tempo_plugin.backends.local.model import load_policy, load_pretrained, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer
-from tempo_plugin.config import ConfigError, TempoConfig, parse_config
+from tempo_plugin.config import ConfigError, TempoConfig, flag, parse_config
 from tempo_plugin.envs import env_factory
 from tempo_plugin.metrics import (
     ENV_STEPS,
@@ -61,41 +61,78 @@ class Progress:
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
                     store: StateStore, progress: Progress) -> None:
-    """Write to a temporary folder, then swap it in, so a crash never leaves a half checkpoint."""
+    """Write to a temporary folder, then swap it in, so a crash never leaves a half checkpoint.
+    Everything but the weights (safetensors) and the optimizer (tensors) is JSON."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp)  # safetensors
     tokenizer.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    store.save(tmp / "store.pkl")
-    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}, tmp / "rng.pt")
+    store.save(tmp / "store.json")
+    (tmp / "rng.json").write_text(json.dumps(rng_state()))
     (tmp / "progress.json").write_text(json.dumps(progress.__dict__))
+    # At every point one complete checkpoint exists: ``directory``, or the previous one in ``.old``
+    # (a run resumed from ``.old`` keeps it until the new one is in place); see checkpoint_to_resume.
     old = directory.with_name(directory.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
     if directory.exists():
+        shutil.rmtree(old, ignore_errors=True)
         directory.rename(old)
     tmp.rename(directory)
     shutil.rmtree(old, ignore_errors=True)
 
 
+def checkpoint_to_resume(directory: Path) -> Path | None:
+    """``directory`` when it holds a complete checkpoint; else the previous one that
+    ``save_checkpoint`` moved to ``<name>.old`` before a crash; None when there is neither."""
+    for candidate in (directory, directory.with_name(directory.name + ".old")):
+        if (candidate / "progress.json").is_file():
+            return candidate
+    return None
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, numpy's and torch's global RNG states as JSON-ready data."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+            "torch": torch.get_rng_state().tolist()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+
+
 def load_checkpoint(directory: Path, optimizer: torch.optim.Optimizer) -> tuple[StateStore, Progress]:
-    optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=False))
-    rng = torch.load(directory / "rng.pt", weights_only=False)
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
+    """Loads data only: tensors (weights_only), JSON; nothing in the checkpoint runs as code."""
+    optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+    set_rng_state(json.loads((directory / "rng.json").read_text()))
     progress = Progress(**json.loads((directory / "progress.json").read_text()))
-    return StateStore.load(directory / "store.pkl"), progress
+    return StateStore.load(directory / "store.json"), progress
+
+
+RESUMABLE_CHANGES = frozenset({"resume", "allow_config_change", "td_updates", "max_env_steps", "eval_every",
+                                "save_every", "device", "cache_dir", "wandb", "wandb_project"})
+"""Settings a resumed run may change without --allow-config-change: how long it runs, where and how it reports."""
 
 
 def prepare_out(cfg: TempoConfig) -> Path:
     out = Path(cfg.out)
     checkpoint = out / "checkpoints" / "latest"
-    if cfg.resume and not (checkpoint / "progress.json").is_file():
+    if cfg.resume and checkpoint_to_resume(checkpoint) is None:
         raise ConfigError(f"--resume: no checkpoint in {checkpoint}; check --out")
     if not cfg.resume and (out / "metrics.jsonl").exists():
         raise ConfigError(f"--out {out} already holds a run: pass --resume to continue it or choose another --out")
+    if cfg.resume and (out / "config.yaml").is_file() and not cfg.allow_config_change:
+        saved = yaml.safe_load((out / "config.yaml").read_text()) or {}
+        changed = sorted(k for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES and saved.get(k, v) != v)
+        if changed:
+            raise ConfigError(f"--resume: the settings differ from {out}/config.yaml in {', '.join(flag(k) for k in changed)}; "
+                              "resume with the same settings, or pass --allow-config-change")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return out
@@ -106,6 +143,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
 
     out = prepare_out(cfg)
     checkpoint = out / "checkpoints" / "latest"
+    resume_from = checkpoint_to_resume(checkpoint) if cfg.resume else None
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -116,7 +154,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         raise ConfigError(str(error)) from None
 
     if cfg.resume:
-        model, tokenizer = load_pretrained(str(checkpoint), device)
+        model, tokenizer = load_pretrained(str(resume_from), device)
     else:
         bar = None
         if not cfg.model:
@@ -140,7 +178,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     store = StateStore(cfg.state_store_capacity, seed=cfg.seed + 1)
     progress = Progress()
     if cfg.resume:
-        store, progress = load_checkpoint(checkpoint, optimizer)
+        store, progress = load_checkpoint(resume_from, optimizer)
     wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
     log = MetricsLog(out / "metrics.jsonl", keep_updates_below=progress.next_update if cfg.resume else None,
                      mirror=wandb_run.log if wandb_run else None)

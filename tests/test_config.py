@@ -175,7 +175,7 @@ def test_new_defaults():
     assert (cfg.critic_reward, cfg.eval_every, cfg.max_env_steps, cfg.task) == ("squared", 0, 0, "")
 
 
-@pytest.mark.parametrize("value", ["-0.01", "1.01", "2", "nan"])
+@pytest.mark.parametrize("value", ["-0.01", "1.01", "2"])
 def test_fresh_share_outside_unit_interval_names_its_flag(value):
     with pytest.raises(ConfigError, match="--fresh-share") as info:
         parse_config([f"--fresh-share={value}"])
@@ -231,3 +231,24 @@ def test_total_updates_of_multi_turn_grpo_are_the_td_updates_only():
     with pytest.raises(ConfigError, match="--td-updates"):
         TempoConfig(advantage_estimator="grpo", warmup_updates=4, td_updates=0).validate()
     assert TempoConfig(advantage_estimator="tempo", warmup_updates=4, td_updates=0).validate().total_updates == 4
+
+
+@pytest.mark.parametrize("name", ["grad_clip", "eps_clip", "eps_clip_high", "weight_decay", "learning_rate",
+                                  "td_learning_rate", "critic_learning_rate", "temperature", "fresh_share", "gamma"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_rejected_with_the_flag_name(name, value):
+    flag_name = "--" + name.replace("_", "-")
+    with pytest.raises(ConfigError) as info:
+        parse_config([f"{flag_name}={value}"])
+    assert str(info.value) == f"{flag_name} must be a finite number (got {float(value)})"
+
+
+def test_unknown_env_and_task_are_rejected_before_anything_is_written(tmp_path, capsys):
+    from tempo_plugin.train import main
+
+    for argv, named in ((["--env", "chess"], "--env 'chess'"), (["--advantage-estimator", "grpo", "--task", "chess"], "--task 'chess'")):
+        out = tmp_path / argv[-1]
+        assert main(argv + ["--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {named} is not") and err.count("\n") == 0
+        assert not out.exists()

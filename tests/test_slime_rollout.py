@@ -323,3 +323,24 @@ def test_config_file_missing_on_this_node_is_one_line(tmp_path, tokenizer_dir):
     args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", custom_config_path=str(tmp_path / "nowhere.yaml"))
     with pytest.raises(ConfigError, match=r"--custom-config-path .*nowhere.yaml does not exist on this node .*same path on every node"):
         TempoDataSource(args)
+
+
+def test_state_files_are_json_and_only_the_newest_are_kept(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
+    import json
+
+    from tempo_plugin.backends.slime.data_source import KEEP_STATE_FILES, prune_state_files
+
+    url = serve(ScriptedPolicy(tokenizer, protocol))
+    args = slime_args(tmp_path, tokenizer_dir, url, num_rollout=4)
+    source = TempoDataSource(args)
+    generate_rollout(args, 0, source)
+    for rollout_id in (3, 10, 7, 11):  # saved out of order: the rollout id decides, not the time
+        source.save(rollout_id)
+    folder = state_path(args.save, 0).parent
+    assert KEEP_STATE_FILES == 2
+    assert sorted(p.name for p in folder.iterdir()) == ["state_10.json", "state_11.json"]
+    payload = json.loads(state_path(args.save, 11).read_text())  # plain data: nothing runs when it loads
+    assert payload["game_cursor"] == source.game_cursor and len(payload["store"]["states"]) == len(source.store)
+    (folder / "state_notes.json").write_text("{}")  # not a state file: left alone
+    assert prune_state_files(folder, keep=1) == [folder / "state_10.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["state_11.json", "state_notes.json"]

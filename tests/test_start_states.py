@@ -121,7 +121,7 @@ def test_state_dict_carries_uses_and_loads_old_payloads(tmp_path):
     store.add([tagged(4)])  # uses [2, 2, 2, 2, 0]
     payload = store.state_dict()
     assert payload["uses"] == [2, 2, 2, 2, 0]
-    path = tmp_path / "store.pkl"
+    path = tmp_path / "store.json"
     store.save(path)
     loaded = StateStore.load(path)
     assert (seeds(loaded), uses(loaded)) == ([0, 1, 2, 3, 4], [2, 2, 2, 2, 0])

@@ -266,3 +266,22 @@ def test_grpo_advantages_by_hand():
 def test_grpo_advantages_reject_lengths_not_divisible_by_the_group(count, group_size):
     with pytest.raises(ValueError, match=f"{count} rewards do not split into groups of {group_size}"):
         grpo_advantages([0.0] * count, group_size)
+
+
+def test_invalid_action_penalty_shapes_actor_advantages_not_the_critic_target():
+    # rewards 0, 0, 1, 0; values 0.5, None (-> 0), -, 0.2; terminal F, F, T, F
+    # R = 0.5, 0, 1, 0.2 -> G = 1.7 / 4 = 0.425 (the critic's target, penalties ignored)
+    # penalties 0, 0.2, 0, 0.1 -> shaped 0.5, -0.2, 1, 0.1, mean 0.35 -> A = 0.15, -0.55, 0.65, -0.25
+    s = actor_signals([0.0, 0.0, 1.0, 0.0], [0.5, None, 0.9, 0.2], [False, False, True, False], [0.0, 0.2, 0.0, 0.1])
+    assert s.returns == pytest.approx([0.5, 0.0, 1.0, 0.2])
+    assert s.value_target == pytest.approx(0.425)
+    assert s.advantages == pytest.approx([0.15, -0.55, 0.65, -0.25])
+    assert not s.degenerate
+    # equal penalties change nothing; no penalties is the method as specified
+    same = actor_signals([0.0, 1.0], [0.3, None], [False, True], [0.1, 0.1])
+    assert same.advantages == pytest.approx(actor_signals([0.0, 1.0], [0.3, None], [False, True]).advantages)
+    # a group the environment cannot tell apart is no longer degenerate when one branch wasted rounds
+    flat = actor_signals([0.0, 0.0], [0.4, 0.4], [False, False], [0.0, 0.3])
+    assert flat.advantages == pytest.approx([0.15, -0.15]) and not flat.degenerate
+    with pytest.raises(ValueError, match="one penalty per branch"):
+        actor_signals([0.0, 0.0], [0.4, 0.4], [False, False], [0.1])

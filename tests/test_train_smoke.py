@@ -22,7 +22,7 @@ def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
     for name in ("config.yaml", "metrics.jsonl", "curves.png", "summary.json"):
         assert (out / name).is_file(), name
     checkpoint = out / "checkpoints" / "latest"
-    for name in ("model.safetensors", "optimizer.pt", "store.pkl", "rng.pt", "progress.json", "tokenizer.json"):
+    for name in ("model.safetensors", "optimizer.pt", "store.json", "rng.json", "progress.json", "tokenizer.json"):
         assert (checkpoint / name).is_file(), name
     records = read_metrics(out / "metrics.jsonl")
     assert [(r["phase"], r["update"]) for r in records] == [("eval", -1), ("warmup", 0), ("td", 1), ("eval", 2)]

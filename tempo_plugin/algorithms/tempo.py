@@ -8,6 +8,16 @@ For one start state s with branches n = 1..N, each branch rolled out for at most
     G(s) = (1/N) sum_n R_n                TD target for V(s)
     A_n  = R_n - G(s)                     actor advantage (mean-centred, no std division)
 
+With an invalid-action penalty c > 0 (our addition, ``--invalid-action-penalty``) and u_n the
+number of actions of branch n the environment did not accept:
+
+    A_n  = (R_n - c u_n) - (1/N) sum_m (R_m - c u_m)     the critic's target G(s) is unchanged
+
+so the critic keeps estimating the probability of winning, and only the actor is told that a
+wasted round is worse than its expected value. Without it, an unaccepted action in a key room is a
+free "pass": the state and its value stay while a wrong key loses, so the policy drifts to text
+the game does not accept (measured: admissible-action share 0.93 -> 0.04, success 0.17 -> 0.00).
+
 For the critic at s with K sampled estimates V_k (None = the completion did not parse):
 
     e_k  = |V_k - G| / R_max              estimation error, 1 for a parse failure
@@ -63,8 +73,10 @@ def actor_signals(
     segment_rewards: Sequence[float],
     endpoint_values: Sequence[float | None],
     terminal: Sequence[bool],
+    penalties: Sequence[float] | None = None,
 ) -> ActorSignals:
-    """R_n = r_n + (0 if terminal_n else V_n); G = mean R_n; A_n = R_n - G.
+    """R_n = r_n + (0 if terminal_n else V_n); G = mean R_n; A_n = (R_n - p_n) - mean_m (R_m - p_m)
+    with p_n = ``penalties[n]`` (c u_n; 0 when None). ``returns`` are the R_n.
 
     ``zero_reward_value_std`` is the population std of V_n over the non-terminal branches with
     r_n = 0 (0 when fewer than two): branches the environment cannot tell apart but the critic can
@@ -77,10 +89,14 @@ def actor_signals(
             f"actor_signals needs N >= 1 branches with equal lengths, got rewards={n}, "
             f"values={len(endpoint_values)}, terminal={len(terminal)}"
         )
+    if penalties is not None and len(penalties) != n:
+        raise ValueError(f"actor_signals needs one penalty per branch, got {len(penalties)} for {n}")
     bootstrap = [0.0 if t or v is None else float(v) for v, t in zip(endpoint_values, terminal)]
     returns = [float(r) + v for r, v in zip(segment_rewards, bootstrap)]
     value_target = sum(returns) / n
-    advantages = [ret - value_target for ret in returns]
+    shaped = [ret - float(p) for ret, p in zip(returns, penalties)] if penalties is not None else returns
+    shaped_mean = sum(shaped) / n
+    advantages = [x - shaped_mean for x in shaped]
     degenerate = all(abs(a) <= ADVANTAGE_EPSILON for a in advantages)
     zero_reward_values = [
         v for r, v, t in zip(segment_rewards, bootstrap, terminal) if not t and float(r) == 0.0

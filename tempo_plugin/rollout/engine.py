@@ -63,6 +63,11 @@ class Branch:
         return sum(r.reward for r in self.rounds)
 
     @property
+    def unaccepted_actions(self) -> int:
+        """Rounds whose action the environment did not accept (unparsed or inadmissible)."""
+        return sum(not r.admissible for r in self.rounds)
+
+    @property
     def won(self) -> bool:
         return any(r.won for r in self.rounds)
 

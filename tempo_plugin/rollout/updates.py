@@ -13,7 +13,8 @@ at every non-terminal endpoint; signals from ``algorithms.tempo``; non-terminal 
 new store states.
 
 Episode update (multi-turn GRPO, the baseline): N complete episodes of each game through the same
-engine; every action of an episode gets the group-relative advantage of its return.
+engine; every action of an episode gets the group-relative advantage of its return (less
+``--invalid-action-penalty`` per action the environment did not accept, as in TEMPO's actor).
 
 A runtime supplies the Sampler and applies the returned training samples.
 """
@@ -276,6 +277,7 @@ class TempoRollout:
                 [b.segment_reward for b in branch_group],
                 [endpoint_value.get(id(b), 0.0) for b in branch_group],
                 [b.terminal for b in branch_group],
+                [cfg.invalid_action_penalty * b.unaccepted_actions for b in branch_group],
             )
             targets.append(signals.value_target)
             degenerate.append(float(signals.degenerate))
@@ -322,14 +324,16 @@ class TempoRollout:
     # -- multi-turn GRPO (the baseline) ---------------------------------------------------------------
 
     def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
-        """N = --branches complete episodes of each game; A_i = (R_i - mean) / (std + eps) over the
-        game's episodes (``algorithms.grpo``), R_i the episode return, on every action of episode i."""
+        """N = --branches complete episodes of each game; A_i = (R'_i - mean) / (std + eps) over the
+        game's episodes (``algorithms.grpo``), R'_i = R_i - c u_i the episode return less the
+        invalid-action penalty, on every action of episode i."""
         cfg = self.cfg
         tic = time.perf_counter()
         branches = self.play_episodes(games, seed=update, episodes_per_game=cfg.branches)
         rollout_seconds = time.perf_counter() - tic
         returns = [b.segment_reward for b in branches]
-        advantages = grpo_advantages(returns, cfg.branches)
+        advantages = grpo_advantages([r - cfg.invalid_action_penalty * b.unaccepted_actions for r, b in zip(returns, branches)],
+                                     cfg.branches)
         samples = [
             make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
             for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import pickle
+import json
 import random
 from collections import deque
+from dataclasses import fields
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from tempo_plugin.states.state import MacroState
 
@@ -51,26 +52,41 @@ class StateStore:
         return picked
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "states": list(self._states), "uses": list(self._uses), "rng": self._rng.getstate()}
+        """Plain data (JSON-ready): the states without their environment snapshots, the use counts
+        and the sampling RNG. A state loaded back restores by replay (verified by observation)."""
+        version, internal, gauss = self._rng.getstate()
+        return {"capacity": self.capacity, "states": [state_to_dict(s) for s in self._states],
+                "uses": list(self._uses), "rng": [version, list(internal), gauss]}
 
     @classmethod
     def from_state_dict(cls, payload: dict, capacity: int | None = None) -> "StateStore":
         """The saved store; with a different ``capacity`` it keeps the newest states that fit."""
         store = cls(capacity or payload["capacity"], seed=0)
         uses = payload.get("uses", [0] * len(payload["states"]))  # stores saved before the reuse cap
-        store._states.extend(payload["states"])
+        store._states.extend(s if isinstance(s, MacroState) else state_from_dict(s) for s in payload["states"])
         store._uses.extend(uses)
-        store._rng.setstate(payload["rng"])
+        version, internal, gauss = payload["rng"]
+        store._rng.setstate((version, tuple(internal), gauss))
         return store
 
     def save(self, path: str | Path) -> None:
-        """Pickle the states and the sampling RNG (checkpoints are trusted files of this run)."""
+        """JSON (no code runs when it is loaded), written to a temporary file and then renamed."""
         tmp = Path(str(path) + ".tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(self.state_dict(), f)
+        tmp.write_text(json.dumps(self.state_dict()))
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "StateStore":
-        with open(path, "rb") as f:
-            return cls.from_state_dict(pickle.load(f))
+        return cls.from_state_dict(json.loads(Path(path).read_text()))
+
+
+def state_to_dict(state: MacroState) -> dict[str, Any]:
+    """A MacroState as JSON-ready data; the environment snapshot (an env-internal object) is left out."""
+    data = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "snapshot"}
+    data["messages"] = [list(m) for m in state.messages]
+    return data
+
+
+def state_from_dict(data: dict[str, Any]) -> MacroState:
+    return MacroState(**{**data, "action_history": tuple(data["action_history"]), "token_prefix": tuple(data["token_prefix"]),
+                         "messages": tuple(tuple(m) for m in data["messages"])})

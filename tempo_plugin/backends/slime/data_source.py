@@ -6,8 +6,9 @@ RolloutManager process for the whole job (so the state store survives between ro
 hands it to the rollout function, and slime calls ``save(rollout_id)`` next to every checkpoint and
 ``load(start_rollout_id - 1)`` when a job starts, so a resumed job continues from its stored states.
 
-Saved per checkpoint: ``<--save>/tempo/state_<rollout_id>.pkl`` with the state store (and its
-sampling RNG) and the training-game cursor.
+Saved per checkpoint: ``<--save>/tempo/state_<rollout_id>.json`` with the state store (and its
+sampling RNG) and the training-game cursor, as plain JSON (loading it runs no code); only the newest
+``KEEP_STATE_FILES`` are kept (slime saves one per checkpoint, forever otherwise).
 
 Multi-node: Ray may place the RolloutManager (and so this data source) on any node. It reads the
 TEMPO YAML (``--custom-config-path``) and reads and writes ``SAVE_DIR/tempo``, so both must be at
@@ -20,8 +21,8 @@ instead of silently starting from an empty state store on resume.
 from __future__ import annotations
 
 import logging
+import json
 import os
-import pickle
 import socket
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,22 @@ LAUNCH_ID_FILE = "tempo_launch_id"
 """Written into SAVE_DIR by the recipe (scripts/slime_common.sh) on the head node."""
 
 
+KEEP_STATE_FILES = 2
+"""State files kept in <--save>/tempo: the newest, and one before it in case its checkpoint is incomplete."""
+
+
 def state_path(directory: str, rollout_id: int) -> Path:
-    return Path(directory) / "tempo" / f"state_{rollout_id}.pkl"
+    return Path(directory) / "tempo" / f"state_{rollout_id}.json"
+
+
+def prune_state_files(folder: Path, keep: int = KEEP_STATE_FILES) -> list[Path]:
+    """Delete all but the ``keep`` newest ``state_<id>.json`` files (by rollout id); the deleted ones."""
+    numbered = sorted((int(p.stem.split("_", 1)[1]), p) for p in folder.glob("state_*.json")
+                      if p.stem.split("_", 1)[1].isdigit())
+    doomed = [p for _, p in numbered[:-keep]] if keep > 0 else []
+    for p in doomed:
+        p.unlink(missing_ok=True)
+    return doomed
 
 
 def check_shared_save_dir(save_dir: str | None, launch_id: str | None) -> None:
@@ -112,10 +127,11 @@ class TempoDataSource:
         path = state_path(self.args.save, rollout_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump({"game_cursor": self.game_cursor, "store": self.store.state_dict()}, f)
+        tmp.write_text(json.dumps({"game_cursor": self.game_cursor, "store": self.store.state_dict()}))
         tmp.replace(path)
-        logger.info(f"saved {len(self.store)} TEMPO states and game cursor {self.game_cursor} to {path}")
+        pruned = prune_state_files(path.parent)
+        logger.info(f"saved {len(self.store)} TEMPO states and game cursor {self.game_cursor} to {path}"
+                    + (f"; removed {len(pruned)} older state files" if pruned else ""))
 
     def load(self, rollout_id: int | None = None) -> None:
         if self.args.load is None or rollout_id is None or rollout_id < 0:
@@ -124,8 +140,7 @@ class TempoDataSource:
         if not path.exists():
             logger.warning(f"no TEMPO state at {path}: starting with an empty state store")
             return
-        with open(path, "rb") as f:
-            payload = pickle.load(f)
+        payload = json.loads(path.read_text())
         self.store = StateStore.from_state_dict(payload["store"], capacity=self.cfg.state_store_capacity)
         self.game_cursor = int(payload["game_cursor"])
         logger.info(f"loaded {len(self.store)} TEMPO states and game cursor {self.game_cursor} from {path}")
