@@ -338,3 +338,12 @@ def test_td_update_gives_up_when_no_state_restores(tokenizer, protocol):
     # 4 x S = 8 failed restores: the stored state and 7 fresh games, then no more draws
     assert games.drawn == 7
     assert sum(sampler.counts.values()) == 0  # nothing was generated
+
+
+def test_sampling_seeds_differ_between_run_seeds_updates_and_streams():
+    from tempo_plugin.rollout.games import ENDPOINT_CRITIC, ROLLOUT, START_CRITIC, WARMUP_CRITIC, sampling_seed
+
+    streams = (ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC)
+    seeds = {sampling_seed(run, update, stream) for run in range(3) for update in range(200) for stream in streams}
+    assert len(seeds) == 3 * 200 * len(streams)
+    assert sampling_seed(0, 0) == 0 and sampling_seed(0, 2, START_CRITIC) == 2 * 31 + 13

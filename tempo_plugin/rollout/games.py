@@ -1,4 +1,5 @@
-"""Which games a run plays: training games per seed, and held-out evaluation games.
+"""Which games a run plays (training games per seed, held-out evaluation games), and the seeds of
+its sampling calls.
 
 Both runtimes draw games from here, so a slime run and an embedded run with the same seed train on
 the same games and are evaluated on the same held-out set.
@@ -18,3 +19,12 @@ def train_game(seed: int, cursor: int) -> int:
 def eval_games(count: int) -> list[int]:
     """The first ``count`` held-out games (the same for every seed)."""
     return [EVAL_GAME_OFFSET + i for i in range(count)]
+
+
+ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC = 0, 7, 11, 13
+"""Sampling streams of one update: the actor's rollouts and the three kinds of critic calls."""
+
+
+def sampling_seed(run_seed: int, update: int, stream: int = ROLLOUT) -> int:
+    """The sampler seed of one call: runs with different ``--seed`` draw different noise."""
+    return (run_seed * TRAIN_GAMES_PER_SEED + update) * 31 + stream

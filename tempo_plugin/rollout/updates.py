@@ -34,6 +34,7 @@ from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, crit
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import Env
+from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.engine import MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingParams
@@ -168,7 +169,8 @@ class TempoRollout:
             for b in self._restore_group(fresh_state(self.make_env(), game, self.protocol), group)
         ]
         env_seconds = run_branches(
-            branches, self.sampler, self.protocol, self.params, self._limits(cfg.max_episode_steps), seed=update
+            branches, self.sampler, self.protocol, self.params, self._limits(cfg.max_episode_steps),
+            seed=sampling_seed(cfg.seed, update)
         )
         rollout_seconds = time.perf_counter() - tic
 
@@ -190,7 +192,7 @@ class TempoRollout:
             boundaries = [boundaries[i] for i in keep]
             targets = [targets[i] for i in keep]
         tic = time.perf_counter()
-        calls = self.call_critic(boundaries, cfg.critic_samples, seed=update * 31 + 7)
+        calls = self.call_critic(boundaries, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, WARMUP_CRITIC))
         critic_seconds = time.perf_counter() - tic
 
         samples: list[TrainSample] = []
@@ -254,7 +256,8 @@ class TempoRollout:
             fresh += is_fresh
         branches = [b for g in groups for b in g]
         env_seconds = run_branches(
-            branches, self.sampler, self.protocol, self.params, self._limits(cfg.macro_rounds), seed=update
+            branches, self.sampler, self.protocol, self.params, self._limits(cfg.macro_rounds),
+            seed=sampling_seed(cfg.seed, update)
         )
         rollout_seconds = time.perf_counter() - tic
 
@@ -262,8 +265,8 @@ class TempoRollout:
         endpoints = [b for b in branches if b.stop_reason == MACRO_BOUNDARY]
         endpoint_states = [b.state_after(len(b.rounds), b.start.macro_index + 1, update) for b in endpoints]
         start_states = [g[0].start for g in groups]
-        endpoint_calls = self.call_critic(endpoint_states, cfg.endpoint_samples, seed=update * 31 + 11)
-        start_calls = self.call_critic(start_states, cfg.critic_samples, seed=update * 31 + 13)
+        endpoint_calls = self.call_critic(endpoint_states, cfg.endpoint_samples, seed=sampling_seed(cfg.seed, update, ENDPOINT_CRITIC))
+        start_calls = self.call_critic(start_states, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, START_CRITIC))
         critic_seconds = time.perf_counter() - tic
         endpoint_value = {id(b): aggregate_values(c.values) for b, c in zip(endpoints, endpoint_calls)}
 
@@ -329,7 +332,7 @@ class TempoRollout:
         invalid-action penalty, on every action of episode i."""
         cfg = self.cfg
         tic = time.perf_counter()
-        branches = self.play_episodes(games, seed=update, episodes_per_game=cfg.branches)
+        branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches)
         rollout_seconds = time.perf_counter() - tic
         returns = [b.segment_reward for b in branches]
         advantages = grpo_advantages([r - cfg.invalid_action_penalty * b.unaccepted_actions for r, b in zip(returns, branches)],

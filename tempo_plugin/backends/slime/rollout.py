@@ -28,7 +28,7 @@ from tempo_plugin.backends.slime.samples import from_episode, slime_groups
 from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
-from tempo_plugin.rollout.games import eval_games
+from tempo_plugin.rollout.games import eval_games, sampling_seed
 from tempo_plugin.rollout.updates import rollout_metrics, start_states
 
 
@@ -84,7 +84,7 @@ def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
     cfg = source.cfg
     rollout = source.rollout()
     games = [source.next_game() for _ in range(cfg.states_per_batch)]
-    branches = rollout.play_episodes(games, seed=rollout_id, episodes_per_game=cfg.branches)
+    branches = rollout.play_episodes(games, seed=sampling_seed(cfg.seed, rollout_id), episodes_per_game=cfg.branches)
     decode = rollout.protocol.tokenizer.decode
     first = rollout_id * episode_sample_count(cfg)
     samples = [from_episode(b, b.segment_reward, types.Sample, first + i, decode) for i, b in enumerate(branches)]
