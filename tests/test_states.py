@@ -353,3 +353,65 @@ def test_td_update_with_only_a_corrupted_start_refills_with_fresh_games(tokenize
     assert {s.env_seed for s in batch.new_states} <= {300, 301}
     for prompt_ids, _, _ in sampler.calls:
         assert f"Hidden: {base.privileged_info}" not in tokenizer.decode(prompt_ids)
+
+
+# --------------------------------------------------------------------------- TD update, bad branches
+
+
+class RaisingVault(VaultEnv):
+    """A vault whose ``step`` raises on its ``fail_at``-th call (every instance counts its own)."""
+
+    fail_at = 0
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.steps_taken = 0
+
+    def step(self, action):
+        self.steps_taken += 1
+        if self.steps_taken == self.fail_at:
+            raise RuntimeError("simulator crashed")
+        return super().step(action)
+
+
+def test_a_raising_environment_drops_its_branch_and_the_update_proceeds(tokenizer, protocol):
+    cfg = TempoConfig(branches=3, critic_samples=2, endpoint_samples=1, states_per_batch=2, macro_rounds=5,
+                      max_episode_steps=MAX_STEPS, fresh_share=0.0)
+    sampler = FakeSampler(tokenizer, ["<action>north</action>", "<action>wait</action>"],
+                          ["<value>0.50</value>", "<value>0.20</value>", "<value>0.90</value>"])
+    made = []
+
+    def make_env():
+        env = RaisingVault(max_steps=MAX_STEPS)
+        env.fail_at = 3 if len(made) == 1 else 0  # the first branch of the first group raises at its 3rd step
+        made.append(env)
+        return env
+
+    rollout = TempoRollout(cfg, sampler, protocol, make_env=make_env)
+    starts = [fresh_state(VaultEnv(max_steps=MAX_STEPS), 400, protocol), fresh_state(VaultEnv(max_steps=MAX_STEPS), 401, protocol)]
+    batch = rollout.td_update(update=1, starts=starts, next_game=lambda: 999)
+    assert batch.metrics["rollout/env_errors"] == 1.0
+    assert batch.metrics["td/dropped_groups"] == 0.0  # 2 branches are left in that group
+    # 6 branches x 5 rounds, less the 2 rounds the raising branch never reached (its 3rd step raised)
+    assert sum(role == ACTOR for _, role, _ in sampler.calls) == 30 - 2
+    assert made[1].steps_taken == 3
+    assert len(batch.new_states) == 5  # the raising branch gives no endpoint
+    for sample in batch.samples:  # every trained actor branch played its 5 rounds: none is the raising one
+        if sample.role == ACTOR:
+            assert tokenizer.decode(sample.tokens).count("<|im_start|>assistant") == 5
+
+
+def test_an_endpoint_without_a_parsed_value_drops_its_branch_not_valued_zero(tokenizer, protocol):
+    cfg = TempoConfig(branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=1, macro_rounds=5,
+                      max_episode_steps=MAX_STEPS, fresh_share=0.0)
+    # endpoint critic calls come first (2 endpoints x 1 sample): one garbage, one 0.8; then 2 start samples
+    sampler = FakeSampler(tokenizer, ["<action>north</action>", "<action>wait</action>"],
+                          ["no idea", "<value>0.80</value>", "<value>0.30</value>", "<value>0.60</value>"])
+    rollout = TempoRollout(cfg, sampler, protocol, make_env=lambda: VaultEnv(max_steps=MAX_STEPS))
+    batch = rollout.td_update(update=1, starts=[fresh_state(VaultEnv(max_steps=MAX_STEPS), 402, protocol)], next_game=lambda: 999)
+    assert batch.metrics["critic/endpoint_unvalued"] == 1.0
+    # one branch left: the group is dropped (no actor or critic samples), rather than trained
+    # towards a target that counts the unparsed endpoint as a loss
+    assert batch.metrics["td/dropped_groups"] == 1.0
+    assert batch.samples == []
+    assert len(batch.new_states) == 2  # both endpoints are sound states for later updates

@@ -18,6 +18,8 @@ from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
 from tempo_plugin.states.state import MacroState
 
 MACRO_BOUNDARY = "macro_boundary"
+ENV_ERROR = "env_error"
+"""Stop reason of a branch whose environment raised: the update drops it (never trains on it)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class RoundRecord:
     admissible: bool
     prompt_length: int  # length of the token sequence after this round (= the next prompt)
     logprob_sum: float
-    privileged_info: str
+    privileged_info: str | None  # None where no state was recorded (RolloutLimits.state_every)
     snapshot: Any
 
 
@@ -48,6 +50,7 @@ class Branch:
     logprobs: list[float]
     rounds: list[RoundRecord] = field(default_factory=list)
     stop_reason: str | None = None
+    error: str = ""  # what the environment raised (stop reason ENV_ERROR)
 
     @classmethod
     def from_state(cls, state: MacroState, env: Env, group: int) -> "Branch":
@@ -77,6 +80,9 @@ class Branch:
             raise ValueError(f"branch has {len(self.rounds)} rounds, cannot cut after {k}")
         done = self.rounds[:k]
         last = done[-1]
+        if last.privileged_info is None:
+            raise ValueError(f"no state was recorded after round {self.start.round_index + k} "
+                             "(RolloutLimits.state_every, or the episode ended there)")
         messages = list(self.start.messages)
         for record in done:
             messages += [("assistant", record.completion_text), ("user", record.observation)]
@@ -102,6 +108,7 @@ class RolloutLimits:
     max_episode_steps: int  # T
     max_trajectory_tokens: int
     max_assistant_tokens: int
+    state_every: int = 1  # record privileged info and a snapshot only after episode rounds that are multiples of this
 
 
 def fresh_state(env: Env, seed: int, protocol: ChatProtocol) -> MacroState:
@@ -166,8 +173,20 @@ def run_branches(
         for branch, completion in zip(live, completions):
             action = parse_action(completion.text)
             tic = time.perf_counter()
-            result = branch.env.step(action)
-            env_seconds += time.perf_counter() - tic
+            try:
+                result = branch.env.step(action)
+                # Only a macro-step boundary can become a MacroState; elsewhere the environment's
+                # planner (ALFWorld, TextWorld) would run for an answer nobody reads.
+                if (branch.start.round_index + len(branch.rounds) + 1) % limits.state_every == 0 and not result.done:
+                    privileged_info = branch.env.privileged_info()
+                    snapshot = branch.env.snapshot() if branch.env.supports_snapshot else None
+                else:
+                    privileged_info, snapshot = None, None
+            except Exception as error:  # one broken environment must not end the update
+                branch.stop_reason, branch.error = ENV_ERROR, f"{type(error).__name__}: {error}"
+                continue
+            finally:
+                env_seconds += time.perf_counter() - tic
             next_tokens, completion_end = protocol.extend(branch.tokens, completion.token_ids, result.observation)
             context = len(next_tokens) - completion_end
             branch.loss_mask += [1] * len(completion.token_ids) + [0] * context
@@ -184,8 +203,8 @@ def run_branches(
                 admissible=bool(result.info.get("admissible", action != INVALID_ACTION)),
                 prompt_length=len(next_tokens),
                 logprob_sum=float(sum(completion.logprobs)),
-                privileged_info=branch.env.privileged_info(),
-                snapshot=branch.env.snapshot() if branch.env.supports_snapshot else None,
+                privileged_info=privileged_info,
+                snapshot=snapshot,
             )
             branch.rounds.append(record)
             branch.stop_reason = _stop_reason(branch, record, limits)

@@ -35,7 +35,7 @@ from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import Env
 from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
-from tempo_plugin.rollout.engine import MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
+from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
@@ -96,6 +96,7 @@ class TempoRollout:
             max_episode_steps=self.cfg.max_episode_steps,
             max_trajectory_tokens=self.cfg.max_trajectory_tokens,
             max_assistant_tokens=self.cfg.max_assistant_tokens,
+            state_every=self.cfg.macro_rounds,
         )
 
     # -- critic -----------------------------------------------------------------------------------
@@ -178,11 +179,13 @@ class TempoRollout:
         # start a --fresh-share of their states there, so the critic must value it too.
         boundaries: list[MacroState] = []
         targets: list[float] = []
+        healthy = [b for b in branches if b.stop_reason != ENV_ERROR]  # a raising environment: episode dropped
         for group in range(len(games)):
-            episodes = [b for b in branches if b.group == group]
-            boundaries.append(episodes[0].start)
-            targets.append(mean([float(b.won) for b in episodes]))
-        for branch in branches:
+            episodes = [b for b in healthy if b.group == group]
+            if episodes:
+                boundaries.append(episodes[0].start)
+                targets.append(mean([float(b.won) for b in episodes]))
+        for branch in healthy:
             for k in range(cfg.macro_rounds, len(branch.rounds), cfg.macro_rounds):
                 boundaries.append(branch.state_after(k, k // cfg.macro_rounds, update))
                 targets.append(1.0 if branch.won else 0.0)
@@ -209,6 +212,7 @@ class TempoRollout:
             "warmup/steps_mean": mean([float(len(b.rounds)) for b in branches]),
             "warmup/boundary_states": float(len(boundaries)),
             "warmup/boundary_states_available": float(available),
+            "rollout/env_errors": float(len(branches) - len(healthy)),
             "target/mc_return_mean": mean(targets),
             "critic/abs_error_mean": mean(errors),
             **self._critic_metrics(calls, targets),
@@ -268,14 +272,25 @@ class TempoRollout:
         endpoint_calls = self.call_critic(endpoint_states, cfg.endpoint_samples, seed=sampling_seed(cfg.seed, update, ENDPOINT_CRITIC))
         start_calls = self.call_critic(start_states, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, START_CRITIC))
         critic_seconds = time.perf_counter() - tic
-        endpoint_value = {id(b): aggregate_values(c.values) for b, c in zip(endpoints, endpoint_calls)}
+        # An endpoint none of whose critic samples parsed has no value: its branch is dropped (not
+        # valued 0), as is a branch whose environment raised; a group needs 2 branches left.
+        endpoint_value = {id(b): aggregate_values(c.values) for b, c in zip(endpoints, endpoint_calls)
+                          if any(v is not None for v in c.values)}
+        unvalued = sum(id(b) not in endpoint_value for b in endpoints)
+        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
 
         samples: list[TrainSample] = []
         errors: list[float] = []
         targets: list[float] = []
         degenerate = []
         value_gaps = []
-        for group, (branch_group, start_call) in enumerate(zip(groups, start_calls)):
+        dropped_groups = 0
+        for group, (full_group, start_call) in enumerate(zip(groups, start_calls)):
+            branch_group = [b for b in full_group if b.stop_reason != ENV_ERROR
+                            and (b.stop_reason != MACRO_BOUNDARY or id(b) in endpoint_value)]
+            if len(branch_group) < 2:
+                dropped_groups += 1
+                continue
             signals = actor_signals(
                 [b.segment_reward for b in branch_group],
                 [endpoint_value.get(id(b), 0.0) for b in branch_group],
@@ -301,6 +316,9 @@ class TempoRollout:
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "td/fresh_states": float(fresh),
+            "td/dropped_groups": float(dropped_groups),
+            "rollout/env_errors": float(env_errors),
+            "critic/endpoint_unvalued": float(unvalued),
             "td/restore_failures": float(restore_failures),
             "td/new_endpoints": float(len(new_states)),
             "td/macro_index_mean": mean([float(s.macro_index) for s in start_states]),
@@ -334,6 +352,9 @@ class TempoRollout:
         tic = time.perf_counter()
         branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches)
         rollout_seconds = time.perf_counter() - tic
+        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}  # a raising environment drops its game's group
+        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
+        branches = [b for b in branches if b.group not in broken]
         returns = [b.segment_reward for b in branches]
         advantages = grpo_advantages([r - cfg.invalid_action_penalty * b.unaccepted_actions for r, b in zip(returns, branches)],
                                      cfg.branches)
@@ -341,9 +362,10 @@ class TempoRollout:
             make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
             for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
         ]
-        groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games))]
+        groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games) - len(broken))]
         metrics = {
             "rollout/success_rate": mean([float(b.won) for b in branches]),
+            "rollout/env_errors": float(env_errors),
             "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
             "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
             **rollout_metrics([r for b in branches for r in b.rounds]),
