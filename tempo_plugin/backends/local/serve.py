@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import queue
 import threading
 from concurrent.futures import Future
@@ -64,9 +65,17 @@ class BatchingWorker:
                 self._calls += 1
                 try:
                     completions = self.sampler.generate([j.request for j in jobs], params, seed=self._calls)
-                except Exception as error:  # the client gets the error, the worker lives on
+                except Exception as error:  # the worker lives on
+                    if len(jobs) == 1:
+                        jobs[0].future.set_exception(error)
+                        continue
+                    # one job may have failed them all: run each alone, so only the failing ones fail
                     for job in jobs:
-                        job.future.set_exception(error)
+                        self._calls += 1
+                        try:
+                            job.future.set_result(self.sampler.generate([job.request], params, seed=self._calls)[0])
+                        except Exception as single_error:
+                            job.future.set_exception(single_error)
                     continue
                 for job, completion in zip(jobs, completions):
                     job.future.set_result(completion)
@@ -85,34 +94,93 @@ def sglang_response(completion: Completion, prompt_tokens: int) -> dict[str, Any
     }
 
 
-def parse_generate(payload: dict[str, Any]) -> tuple[list[list[int]], SamplingParams, int, bool]:
-    """(prompts, params, max_new_tokens, batched) from a /generate body; ValueError if malformed."""
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask for; beyond it the answer is a 4xx, before any work is done."""
+
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_prompts: int = 256  # prompts in one batched request
+    max_prompt_tokens: int = 32768
+    max_new_tokens: int = 4096
+    vocab_size: int | None = None  # token ids must be in [0, vocab_size) when known
+    read_timeout_s: float = 30.0  # a client that stops sending mid-request is dropped after this
+
+
+class BadRequest(ValueError):
+    """A malformed or out-of-limits request: answered 4xx with the message."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _number(sampling: dict[str, Any], key: str, default: float) -> float:
+    value = sampling.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadRequest(f"sampling_params.{key} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def _token_ids(ids: Any, what: str, limits: ServerLimits) -> list[int]:
+    if not isinstance(ids, list) or not ids:
+        raise BadRequest(f"{what} must be a non-empty list of token ids")
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0 or (limits.vocab_size is not None and t >= limits.vocab_size):
+            bound = f" and below the vocabulary size {limits.vocab_size}" if limits.vocab_size is not None else ""
+            raise BadRequest(f"{what} holds {t!r}: token ids are integers >= 0{bound}")
+    return ids
+
+
+def parse_generate(payload: Any, limits: ServerLimits = ServerLimits()) -> tuple[list[list[int]], SamplingParams, int, bool]:
+    """(prompts, params, max_new_tokens, batched) from a /generate body; BadRequest if malformed."""
+    if not isinstance(payload, dict):
+        raise BadRequest(f"the body must be a JSON object, not {type(payload).__name__}")
     ids = payload.get("input_ids")
     if not isinstance(ids, list) or not ids:
-        raise ValueError("input_ids (a list of token ids, or a list of such lists) is required")
+        raise BadRequest("input_ids (a list of token ids, or a list of such lists) is required")
     batched = isinstance(ids[0], list)
     prompts = ids if batched else [ids]
-    if not all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompts):
-        raise ValueError("input_ids must hold non-empty lists of integers")
-    sampling = payload.get("sampling_params") or {}
-    params = SamplingParams(
-        temperature=float(sampling.get("temperature", 1.0)),
-        top_p=float(sampling.get("top_p", 1.0)),
-        stop_token_ids=tuple(sorted(int(t) for t in sampling.get("stop_token_ids") or ())),
-    )
-    if params.temperature <= 0:
-        raise ValueError("temperature must be > 0 (greedy decoding is not served)")
-    max_new_tokens = int(sampling.get("max_new_tokens", 128))
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
+    if len(prompts) > limits.max_prompts:
+        raise BadRequest(f"{len(prompts)} prompts in one request; at most {limits.max_prompts}", 413)
+    for i, prompt in enumerate(prompts):
+        _token_ids(prompt, f"input_ids[{i}]" if batched else "input_ids", limits)
+        if len(prompt) > limits.max_prompt_tokens:
+            raise BadRequest(f"a prompt of {len(prompt)} tokens; at most {limits.max_prompt_tokens}", 413)
+    sampling = payload.get("sampling_params", {})
+    if sampling is None:
+        sampling = {}
+    if not isinstance(sampling, dict):
+        raise BadRequest(f"sampling_params must be a JSON object, not {type(sampling).__name__}")
+    temperature, top_p = _number(sampling, "temperature", 1.0), _number(sampling, "top_p", 1.0)
+    if temperature <= 0:
+        raise BadRequest("sampling_params.temperature must be > 0 (greedy decoding is not served)")
+    if not 0 < top_p <= 1:
+        raise BadRequest(f"sampling_params.top_p must be in (0, 1] (got {top_p})")
+    stops = sampling.get("stop_token_ids") or []
+    params = SamplingParams(temperature, top_p, tuple(sorted(set(_token_ids(stops, "stop_token_ids", limits))) if stops else ()))
+    max_new_tokens = sampling.get("max_new_tokens", 128)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= limits.max_new_tokens:
+        raise BadRequest(f"sampling_params.max_new_tokens must be an integer in [1, {limits.max_new_tokens}] (got {max_new_tokens!r})")
     return prompts, params, max_new_tokens, batched
 
 
-def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, stop_token_ids: tuple[int, ...] = ()) -> ThreadingHTTPServer:
-    """A ready server (call ``serve_forever``); ``stop_token_ids`` are added to every request's."""
+def vocab_size_of(sampler: Sampler) -> int | None:
+    """The number of token ids the sampler's model accepts, when it has a local model."""
+    model = getattr(sampler, "model", None)
+    embeddings = model.get_input_embeddings() if model is not None and hasattr(model, "get_input_embeddings") else None
+    return int(embeddings.num_embeddings) if embeddings is not None else None
+
+
+def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, stop_token_ids: tuple[int, ...] = (),
+                limits: ServerLimits | None = None) -> ThreadingHTTPServer:
+    """A ready server (call ``serve_forever``); ``stop_token_ids`` are added to every request's.
+    Every malformed request is answered 4xx with a one-line reason before it reaches the model."""
+    limits = limits or ServerLimits(vocab_size=vocab_size_of(sampler))
     worker = BatchingWorker(sampler)
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = limits.read_timeout_s  # socket timeout: a stalled client cannot hold a thread forever
+
         def _send(self, status: int, body: Any) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
@@ -127,15 +195,38 @@ def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, st
             else:
                 self._send(404, {"error": f"no route {self.path}"})
 
+        def _body(self) -> Any:
+            raw_length = self.headers.get("Content-Length")
+            if raw_length is None:
+                raise BadRequest("Content-Length is required", 411)
+            try:
+                length = int(raw_length)
+            except ValueError:
+                raise BadRequest(f"Content-Length must be an integer (got {raw_length!r})") from None
+            if length < 0:
+                raise BadRequest(f"Content-Length must be >= 0 (got {length})")
+            if length > limits.max_body_bytes:
+                raise BadRequest(f"a body of {length} bytes; at most {limits.max_body_bytes}", 413)
+            data = self.rfile.read(length)
+            if len(data) < length:
+                raise BadRequest(f"the body ended after {len(data)} of {length} bytes")
+            try:
+                return json.loads(data or b"{}")
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise BadRequest(f"the body is not JSON: {error}") from None
+
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/generate":
                 self._send(404, {"error": f"no route {self.path}"})
                 return
             try:
-                length = int(self.headers.get("Content-Length", 0))
-                prompts, params, max_new, batched = parse_generate(json.loads(self.rfile.read(length) or b"{}"))
-            except (ValueError, TypeError, json.JSONDecodeError) as error:
-                self._send(400, {"error": str(error)})
+                prompts, params, max_new, batched = parse_generate(self._body(), limits)
+            except BadRequest as error:
+                self.close_connection = True  # the rest of a bad body is not read
+                self._send(error.status, {"error": str(error)})
+                return
+            except TimeoutError:
+                self.close_connection = True
                 return
             params = SamplingParams(params.temperature, params.top_p,
                                     tuple(sorted(set(params.stop_token_ids) | set(stop_token_ids))))
@@ -143,7 +234,7 @@ def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, st
             try:
                 outputs = [sglang_response(f.result(), len(p)) for f, p in zip(futures, prompts)]
             except Exception as error:  # a sampler failure is the server's fault
-                self._send(500, {"error": f"generation failed: {error}"})
+                self._send(500, {"error": f"generation failed: {type(error).__name__}: {error}"})
                 return
             self._send(200, outputs if batched else outputs[0])
 
