@@ -109,3 +109,23 @@ def test_token_logprobs_from_a_first_column_match_the_full_computation(tiny_mode
     mask[0, 8:] = 1
     assert first_loss_column(mask) == 8
     assert first_loss_column(torch.zeros(2, 12)) == 1
+
+
+def test_identical_prompts_are_prefilled_once_and_share_an_equal_cache(tiny_model, tokenizer):
+    p = tokenizer.encode("Hall 2 of 3. You hold the gold key.", add_special_tokens=False)
+    q = tokenizer.encode("Key room. A sign shows a moon.", add_special_tokens=False)
+    requests = [Request(p, 4), Request(q, 4), Request(p, 4), Request(p, 4)]
+    sampler = LocalSampler(tiny_model, tokenizer)
+    with torch.no_grad():
+        shared_logits, shared_cache, shared_attention = sampler._prefill_fresh(requests)
+        naive_logits, naive_cache, naive_attention = sampler._prefill_rows(requests)
+    assert (sampler.prompt_tokens, sampler.prefill_tokens) == (3 * len(p) + len(q), len(p) + len(q))
+    assert torch.equal(shared_attention, naive_attention)
+    assert torch.allclose(shared_logits, naive_logits, atol=1e-5)
+    for layer_shared, layer_naive in zip(shared_cache.layers, naive_cache.layers):
+        mask = naive_attention.bool()[:, None, :, None]  # padded positions hold nothing that is read
+        assert torch.allclose(layer_shared.keys * mask, layer_naive.keys * mask, atol=1e-5)
+        assert torch.allclose(layer_shared.values * mask, layer_naive.values * mask, atol=1e-5)
+    # and generation from them gives every branch its own sample
+    completions = sampler.generate(requests, SamplingParams(1.0, 1.0, ()), seed=3)
+    assert len(completions) == 4 and all(len(c.token_ids) == 4 for c in completions)

@@ -9,7 +9,9 @@ the KV cache of its last call: when every request of the next call extends a dis
 call (the tokens the cache holds are a prefix of its prompt), only the new tokens are prefilled.
 The new tokens of all rows are left-padded into one block; the padding stays masked out of
 attention and positions count real tokens only, so the result equals a fresh prefill. Any other
-call (a critic call, a new batch) prefills from scratch and replaces the kept cache.
+call (a critic call, a new batch) prefills from scratch and replaces the kept cache; there,
+requests with the same prompt (the N branches of one start state, the K samples of one critic
+prompt) prefill it once and share the cache row. ``prompt_tokens`` / ``prefill_tokens`` count both.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class LocalSampler:
     max_batch_tokens: int = 65536
     reuse_cache: bool = True
     reused_calls: int = 0
+    prompt_tokens: int = 0  # prompt tokens of every request served (what a naive sampler prefills) ...
+    prefill_tokens: int = 0  # ... and those actually run through the model (kept cache, shared prompts)
     _kept: _KeptCache | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -125,6 +129,21 @@ class LocalSampler:
         return rows
 
     def _prefill_fresh(self, requests: Sequence[Request]):
+        """Prefill each distinct prompt once; requests with the same prompt (N branches of one start
+        state, K critic samples of one state) then share its cache row, copied."""
+        slots: dict[tuple[int, ...], int] = {}
+        slot_of = [slots.setdefault(tuple(r.prompt_ids), len(slots)) for r in requests]
+        distinct = [Request(list(prompt), 0) for prompt in slots]
+        self.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+        self.prefill_tokens += sum(len(r.prompt_ids) for r in distinct)
+        logits, cache, attention = self._prefill_rows(distinct)
+        if len(distinct) < len(requests):
+            index = torch.tensor(slot_of, dtype=torch.long, device=self.device)
+            cache.batch_select_indices(index)
+            logits, attention = logits.index_select(0, index), attention.index_select(0, index)
+        return logits, cache, attention
+
+    def _prefill_rows(self, requests: Sequence[Request]):
         device = self.device
         pad_id = self.pad_id
         lengths = [len(r.prompt_ids) for r in requests]
@@ -137,7 +156,7 @@ class LocalSampler:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                             use_cache=True, logits_to_keep=1)
-        return output, attention
+        return output.logits[:, -1, :], getattr(output, self._cache_arg), attention
 
     def _prefill_extension(self, requests: Sequence[Request], rows: list[int]):
         kept = self._kept
@@ -158,9 +177,11 @@ class LocalSampler:
             positions[i, :] = start
             positions[i, width - len(tokens):] = torch.arange(start, start + len(tokens))
         attention = torch.cat([kept.attention.index_select(0, index), block_mask], dim=1)
+        self.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+        self.prefill_tokens += sum(len(t) for t in new_tokens)
         output = self.model(input_ids=block, attention_mask=attention, position_ids=positions,
                             use_cache=True, logits_to_keep=1, **{self._cache_arg: kept.cache})
-        return output, attention
+        return output.logits[:, -1, :], getattr(output, self._cache_arg), attention
 
     @torch.no_grad()
     def _generate_chunk(
@@ -168,11 +189,10 @@ class LocalSampler:
     ) -> list[Completion]:
         device = self.device
         if rows is None:
-            output, attention = self._prefill_fresh(requests)
+            logits, cache, attention = self._prefill_fresh(requests)
         else:
-            output, attention = self._prefill_extension(requests, rows)
-        cache = getattr(output, self._cache_arg)
-        logits = output.logits[:, -1, :].float()
+            logits, cache, attention = self._prefill_extension(requests, rows)
+        logits = logits.float()
         batch = len(requests)
         next_position = torch.tensor([len(r.prompt_ids) for r in requests], device=device)
         budgets = torch.tensor([r.max_new_tokens for r in requests], device=device)
