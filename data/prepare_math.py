@@ -9,7 +9,8 @@ Nothing is downloaded. Formats:
 * ``jsonl``: any records; ``--prompt-key`` and ``--answer-key`` name the fields (default ``prompt``
   and ``label``).
 
-``--prompt-key`` / ``--answer-key`` override the field names of every format. Inputs: ``.jsonl``,
+``--prompt-key`` / ``--answer-key`` override the field names of every format. An answer field holding
+a list (OlympiadBench's ``"final_answer": ["$5$"]``) gives its first element. Inputs: ``.jsonl``,
 ``.json`` (a list of records, or one record as in MATH's one-problem-per-file layout), and
 ``.parquet`` when pandas is importable. Records without a usable answer are
 skipped and counted. Example::
@@ -43,6 +44,16 @@ def gsm8k_answer(answer: str) -> str | None:
         return None
     final = answer.rsplit("####", 1)[1].strip().replace(",", "")
     return final or None
+
+
+def first_answer(answer: Any) -> Any:
+    """A list of answers (OlympiadBench's ``"final_answer": ["$5$"]``) counts as its first element;
+    an empty list as no answer. Other values are returned as they are."""
+    if hasattr(answer, "tolist") and not isinstance(answer, (str, bytes)):
+        answer = answer.tolist()  # a numpy array (or scalar) from a parquet file
+    if isinstance(answer, (list, tuple)):
+        return answer[0] if answer else None
+    return answer
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -89,7 +100,7 @@ def convert(records: Iterator[dict[str, Any]], fmt: str, prompt_key: str, answer
         missing = [k for k in (prompt_key, answer_key) if k not in record]
         if missing and index == 0:
             raise PrepareError(f"key {missing[0]!r} not in the first record (keys: {', '.join(map(str, record))}); use --prompt-key/--answer-key")
-        prompt, answer = record.get(prompt_key), record.get(answer_key)
+        prompt, answer = record.get(prompt_key), first_answer(record.get(answer_key))
         if not isinstance(prompt, str) or not prompt.strip() or answer is None:
             skipped += 1
             continue
