@@ -25,8 +25,9 @@ class ChainSampler:
     request indices in ``wrong_first``, the first other key), north, and open vault at the door.
     Records each request's action by its prompt."""
 
-    def __init__(self, tokenizer, wrong_first: set[int]):
+    def __init__(self, tokenizer, wrong_first: set[int], wasteful_first: frozenset[int] = frozenset()):
         self.tokenizer = tokenizer
+        self.wasteful_first = wasteful_first  # these first-call requests answer an action the game rejects
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.wrong_first = wrong_first
         self.calls = 0
@@ -46,6 +47,8 @@ class ChainSampler:
             text = self.tokenizer.decode(list(request.prompt_ids))
             observation = text.rsplit("<|im_start|>user\n", 1)[1]
             action = self.action(observation, self.calls == 0 and i in self.wrong_first)
+            if self.calls == 0 and i in self.wasteful_first:
+                action = "dance"
             self.actions.append(action)
             reply = f"<action>{action}</action>"
             ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.im_end]
@@ -151,3 +154,24 @@ def test_a_game_all_lost_or_all_won_gives_no_samples(tokenizer, protocol, wrong_
     assert batch.metrics["actor/degenerate_group_rate"] == 1.0
     assert batch.metrics["train/actor_samples"] == 0.0
     assert batch.metrics["rollout/success_rate"] == success
+
+
+def test_invalid_action_penalty_separates_equal_returns(tokenizer, protocol):
+    # all 4 episodes win (R = 1); episode 3 first answers "dance", which the game rejects: u = (0, 0, 0, 1)
+    # R' = R - 0.1 u = (1, 1, 1, 0.9): mean 0.975, population std sqrt(3 x 0.025^2 + 0.075^2) / 2 = 0.0433
+    rollout, sampler = rollout_for(tokenizer, protocol, wrong_first=set())
+    sampler.wasteful_first = frozenset({3})
+    assert rollout.cfg.invalid_action_penalty == 0.1
+    batch = rollout.episode_update(0, [0])
+    std = (3 * 0.025 ** 2 + 0.075 ** 2) ** 0.5 / 2
+    want = [0.025 / (std + GRPO_STD_EPSILON)] * 3 + [-0.075 / (std + GRPO_STD_EPSILON)]
+    assert len(batch.samples) == 4
+    for sample, advantage in zip(batch.samples, want):
+        values = {a for a, m in zip(sample.advantages, sample.loss_mask) if m}
+        assert len(values) == 1 and values.pop() == pytest.approx(advantage, rel=1e-9)
+    assert [s.reward for s in batch.samples] == [1.0] * 4  # the reported return is the environment's
+    assert batch.metrics["rollout/admissible_action_rate"] == pytest.approx(1 - 1 / (4 * 11 + 1))
+    # without the penalty the group is degenerate: no samples
+    rollout.cfg.invalid_action_penalty = 0.0
+    sampler.calls = 0
+    assert rollout.episode_update(0, [0]).samples == []
