@@ -8,9 +8,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 from tempo_plugin.config import ConfigError
+from tempo_plugin.runs import OneLineParser, UsageError
 
 from eval.benchmarks import GREEDY_TEMPERATURE, AgentBenchmark, MathBenchmark, Result, Settings
 from eval.report import markdown_table, results_json
@@ -45,17 +46,10 @@ examples:
 ENV_CHOICES = ("vaults", "vault", "textworld", "alfworld")
 
 
-class UsageError(Exception):
-    """A user error: one line, exit code 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line instead of usage + message
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("targets", nargs="*", metavar="MODEL_OR_RUN",
                    help="run directories or Hugging Face model directories, evaluated side by side")
     p.add_argument("--server", action="append", default=[], metavar="URL",

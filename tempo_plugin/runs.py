@@ -8,8 +8,10 @@ Hugging Face model directory (``config.json`` + tokenizer), with no run settings
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from tempo_plugin.config import ConfigError, TempoConfig, load_config_file
 
@@ -53,3 +55,14 @@ def resolve_run(path: str | Path) -> RunRef:
         raise ConfigError(f"{path}: a run directory without a saved policy (no {' or '.join(POLICY_DIRS)}); "
                           "did the run finish its first checkpoint?")
     raise ConfigError(f"{path}: neither a run directory (config.yaml) nor a Hugging Face model directory (config.json)")
+
+
+class UsageError(Exception):
+    """A user error of a tool's command line: printed as one line, exit code 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are a UsageError (one line) instead of usage + message."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)

@@ -13,6 +13,9 @@ The actor takes one clipped policy-gradient step on A (slime's surrogate, ``Poli
 PPO and TPPO the critic is a separate model (``backends/local/critic.py``) with its own optimiser,
 and the first --warmup-updates train the critic only.
 
+Writes policy/ (the actor) and, for PPO/TPPO, critic/ (``critic.safetensors`` + ``critic.json``,
+``backends/local/critic.save_value_model``) to --out.
+
 Metrics per update: rollout/accuracy; critic/explained_variance = 1 - Var(R - V_t) / Var(R) over all
 response tokens (the values before the update, against the terminal reward); critic/value_mean;
 critic/bce (tppo) or critic/mse (ppo); actor/adv_mean; and the trainer's train/* metrics.
@@ -31,16 +34,18 @@ import numpy as np
 import torch
 
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
-from tempo_plugin.backends.local.critic import ValueModel, token_increments, value_model_from_policy
+from tempo_plugin.backends.local.critic import ValueModel, save_value_model, token_increments, value_model_from_policy
 from tempo_plugin.backends.local.model import load_policy, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer, chunk_by_token_budget, pad_rows
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.metrics import MetricsLog, format_table, plot_curves, summary_dict, summary_rows
+from tempo_plugin.rollout.games import sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
+from tempo_plugin.wandb_log import WandbRun
 
 ACCURACY = "eval/accuracy"
 EVAL_SEED = 2_000_000_000  # held-out problems, never reached by training seeds
@@ -173,7 +178,7 @@ def actor_samples(responses: Sequence[Response], advantages: Sequence[torch.Tens
 
 def accuracy(sampler: Sampler, protocol: ChatProtocol, task: Any, cfg: TempoConfig, params: SamplingParams) -> float:
     problems = task.generate(EVAL_SEED, cfg.eval_games)
-    responses = sample_responses(sampler, protocol, task, problems, 1, params, cfg.max_assistant_tokens, seed=EVAL_SEED)
+    responses = sample_responses(sampler, protocol, task, problems, 1, params, cfg.max_assistant_tokens, seed=EVAL_SEED + cfg.seed)
     return statistics.fmean(r.reward for r in responses)
 
 
@@ -208,7 +213,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                                   betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     trainer = PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
                             cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch)
-    log = MetricsLog(out / "metrics.jsonl")
+    wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
+    log = MetricsLog(out / "metrics.jsonl", mirror=wandb_run.log if wandb_run else None)
     if cfg.eval_games > 0:
         print(f"measuring the base policy's accuracy on {cfg.eval_games} held-out problems ...", flush=True)
         log.log({"phase": "eval", "update": -1, ACCURACY: accuracy(sampler, protocol, task, cfg, params)})
@@ -221,7 +227,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         phase = "warmup" if update < warmup else "train"
         problems = task.generate(cfg.seed * 1_000_003 + update, cfg.states_per_batch)
         responses = sample_responses(sampler, protocol, task, problems, cfg.branches, params,
-                                     cfg.max_assistant_tokens, seed=update)
+                                     cfg.max_assistant_tokens, seed=sampling_seed(cfg.seed, update))
         rollout_seconds = time.perf_counter() - tic
         metrics: dict[str, Any] = {"phase": phase, "update": update,
                                    "rollout/accuracy": statistics.fmean(r.reward for r in responses),
@@ -258,11 +264,16 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     log.close()
     rows = summary_rows(log.records, SUMMARY, ACCURACY)
     plot_curves(log.records, out / "curves.png", PLOTTED)
+    if wandb_run:
+        wandb_run.finish(out / "curves.png")
     summary = summary_dict(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     model.save_pretrained(out / "policy")
     tokenizer.save_pretrained(out / "policy")
+    if critic is not None:  # loaded back onto the saved policy's backbone with load_value_model
+        save_value_model(critic, out / "critic", cfg.advantage_estimator)
     print(format_table(rows))
-    print(f"outputs: {out}/ (metrics.jsonl, curves.png, summary.json, config.yaml, policy/)")
+    print(f"outputs: {out}/ (metrics.jsonl, curves.png, summary.json, config.yaml, policy/"
+          f"{', critic/' if critic is not None else ''})")
     return summary
 

@@ -118,6 +118,7 @@ def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval/accuracy"]["span"] == "base -> final"
     assert (out / "curves.png").is_file() and (out / "policy" / "config.json").is_file()
+    assert (out / "critic" / "critic.safetensors").is_file() == (estimator != "grpo")  # PPO/TPPO save their critic
 
 
 def test_micro_batched_critic_update_equals_one_batch(tiny_model):

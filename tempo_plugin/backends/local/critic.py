@@ -10,11 +10,16 @@ Initialisation of the head (algorithms.md 2.4):
   unbiased in logit space, no drift along t;
 - ``small``: N(0, std^2) weights (std 1e-3 by default); the variance of z_t still grows with t,
   so keep it small.
+
+A trained critic is saved as ``critic.safetensors`` + ``critic.json`` (``save_value_model``) and
+loaded back onto a copy of the policy's backbone (``load_value_model``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,3 +60,51 @@ def token_increments(critic: ValueModel, input_ids: torch.Tensor, attention: tor
     (column 0 is 0), aligned with ``trainer.token_logprobs``."""
     outputs = critic(input_ids, attention)[:, :-1].float()
     return torch.cat([torch.zeros_like(outputs[:, :1]), outputs], dim=1)
+
+
+CRITIC_WEIGHTS = "critic.safetensors"
+CRITIC_META = "critic.json"
+ESTIMATORS = ("tppo", "ppo")
+
+
+def save_value_model(critic: ValueModel, directory: str | Path, estimator: str) -> Path:
+    """``<directory>/critic.safetensors`` (the ValueModel's state dict: backbone + head) and
+    ``critic.json`` ({"estimator", "hidden_size"}); the backbone's config is the policy's."""
+    from safetensors.torch import save_file
+
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.detach().contiguous().cpu() for name, tensor in critic.state_dict().items()}
+    save_file(state, str(path / CRITIC_WEIGHTS))
+    meta = {"estimator": estimator, "hidden_size": int(critic.head.in_features)}
+    (path / CRITIC_META).write_text(json.dumps(meta, indent=2) + "\n")
+    return path
+
+
+def critic_estimator(directory: str | Path) -> str:
+    """The estimator a saved critic was trained for: ``tppo`` (logit increments) or ``ppo`` (values)."""
+    meta = json.loads((Path(directory) / CRITIC_META).read_text())
+    estimator = meta.get("estimator")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"{directory}/{CRITIC_META}: estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+    return estimator
+
+
+def load_value_model(directory: str | Path, policy: Any) -> ValueModel:
+    """The critic saved by ``save_value_model`` in ``directory``, its backbone built from ``policy``
+    (a Hugging Face causal LM of the same architecture: the run's saved policy); the policy is left
+    untouched. The estimator is in ``critic_estimator(directory)``."""
+    from safetensors.torch import load_file
+
+    path = Path(directory)
+    meta = json.loads((path / CRITIC_META).read_text())
+    if int(meta.get("hidden_size", -1)) != int(policy.config.hidden_size):
+        raise ValueError(f"{path}: critic hidden size {meta.get('hidden_size')} differs from the policy's "
+                         f"{policy.config.hidden_size}")
+    critic = value_model_from_policy(policy)
+    state = load_file(str(path / CRITIC_WEIGHTS), device=str(next(policy.parameters()).device))
+    critic.load_state_dict(state, strict=True)
+    critic.eval()
+    return critic

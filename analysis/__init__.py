@@ -1,0 +1,1 @@
+"""Analyses of trained runs (``python -m analysis.<name>``), beside the ``tempo_plugin`` package."""

@@ -1,0 +1,70 @@
+"""The resumable result cache: one JSON line per finished (kind, settings, state), appended and
+flushed as soon as it is computed, so an interrupted run loses at most the batch in flight.
+
+``kind`` is ``mc`` (Monte-Carlo ground truth) or ``critic:<name>``; ``key`` hashes every setting the
+result depends on (the model directory and its weights, M or K, the seed, the run's generation
+settings), so a rerun with the same settings skips the state and a rerun with other settings (or
+after the run saved new weights) computes it afresh beside the old lines. A truncated last line
+(a run killed mid-write) is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+
+def settings_key(**settings: Any) -> str:
+    return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def weights_identity(directory: str | Path) -> str:
+    """The directory plus size and modification time of its weight files: changes when a run saves
+    a new checkpoint there."""
+    path = Path(directory).resolve()
+    files = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file()) \
+        if path.is_dir() else []
+    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return f"{path}:{stamp}"
+
+
+class ResultCache:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._results: dict[tuple[str, str, str], dict] = {}
+        if self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                    self._results[(record["kind"], record["key"], record["id"])] = record["result"]
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by an interrupted write
+        self._file = None
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def get(self, kind: str, key: str, state_id: str) -> dict | None:
+        return self._results.get((kind, key, state_id))
+
+    def has(self, kind: str, key: str, state_id: str) -> bool:
+        return (kind, key, state_id) in self._results
+
+    def put(self, kind: str, key: str, state_id: str, result: dict) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            needs_newline = self.path.is_file() and self.path.stat().st_size > 0 \
+                and not self.path.read_bytes().endswith(b"\n")
+            self._file = open(self.path, "a", encoding="utf-8")
+            if needs_newline:
+                self._file.write("\n")  # after a truncated line, start a fresh one
+        self._results[(kind, key, state_id)] = result
+        self._file.write(json.dumps({"kind": kind, "key": key, "id": state_id, "result": result}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

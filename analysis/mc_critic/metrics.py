@@ -1,0 +1,188 @@
+"""Pure math of the critic-vs-Monte-Carlo comparison (numpy only, no scipy).
+
+Every function takes plain sequences and returns floats (or None where a statistic is undefined:
+too few points, or no variance on a side), so the results go straight into JSON.
+
+- error: MAE, RMSE, explained variance 1 - Var(MC - V) / Var(MC);
+- correlation: Pearson, Spearman (Pearson of average ranks, so ties share their mean rank),
+  Kendall's tau-b (ties corrected);
+- calibration: equal-width bins of the critic value V on [0, 1]; per bin the mean V and the mean
+  MC value; ECE = sum_b n_b / n |mean V_b - mean MC_b|;
+- tracking: between consecutive states of one trajectory, the critic's change dV against the MC
+  change dMC: their Pearson correlation and the sign agreement;
+- ranking: pairwise sign agreement of two score vectors (the action-ranking check).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+SIGN_TOLERANCE = 1e-9
+"""Differences at most this large count as 0 (no order) in the sign comparisons."""
+
+
+def _arrays(xs: Sequence[float], ys: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(ys, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"need two 1-D sequences of equal length, got shapes {x.shape} and {y.shape}")
+    return x, y
+
+
+def _float(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def mae(values: Sequence[float], targets: Sequence[float]) -> float | None:
+    v, t = _arrays(values, targets)
+    return _float(np.abs(v - t).mean()) if v.size else None
+
+
+def rmse(values: Sequence[float], targets: Sequence[float]) -> float | None:
+    v, t = _arrays(values, targets)
+    return _float(np.sqrt(((v - t) ** 2).mean())) if v.size else None
+
+
+def explained_variance(values: Sequence[float], targets: Sequence[float]) -> float | None:
+    """1 - Var(MC - V) / Var(MC) (population variances); None when the targets do not vary."""
+    v, t = _arrays(values, targets)
+    if v.size < 2:
+        return None
+    variance = t.var()
+    if variance <= 1e-12:
+        return None
+    return _float(1.0 - (t - v).var() / variance)
+
+
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """None with fewer than two points or a constant side."""
+    x, y = _arrays(xs, ys)
+    if x.size < 2:
+        return None
+    dx, dy = x - x.mean(), y - y.mean()
+    sxx, syy = float((dx * dx).sum()), float((dy * dy).sum())
+    if sxx <= 1e-24 or syy <= 1e-24:
+        return None
+    return _float(np.clip((dx * dy).sum() / math.sqrt(sxx * syy), -1.0, 1.0))
+
+
+def average_ranks(xs: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n; tied values share the mean of the ranks they occupy ([3, 1, 3] -> [2.5, 1, 2.5])."""
+    x = np.asarray(xs, dtype=float)
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(x.size, dtype=float)
+    start = 0
+    while start < x.size:
+        end = start
+        while end + 1 < x.size and x[order[end + 1]] == x[order[start]]:
+            end += 1
+        ranks[order[start:end + 1]] = (start + end) / 2.0 + 1.0
+        start = end + 1
+    return ranks
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Pearson correlation of the average ranks."""
+    x, y = _arrays(xs, ys)
+    return pearson(average_ranks(x), average_ranks(y))
+
+
+def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Kendall's tau-b: (concordant - discordant) / sqrt((n0 - ties_x) (n0 - ties_y)), n0 = n(n-1)/2.
+    None when either side is constant (or fewer than two points)."""
+    x, y = _arrays(xs, ys)
+    if x.size < 2:
+        return None
+    i, j = np.triu_indices(x.size, k=1)
+    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    untied_x, untied_y = float(np.count_nonzero(sx)), float(np.count_nonzero(sy))
+    if untied_x == 0 or untied_y == 0:
+        return None
+    return _float((sx * sy).sum() / math.sqrt(untied_x * untied_y))
+
+
+def sign_agreement(dv: Sequence[float], dt: Sequence[float], tolerance: float = SIGN_TOLERANCE) -> tuple[float | None, int]:
+    """Among the pairs where the target moved (|dt| > tolerance), the share where the prediction
+    moved the same way (a prediction that did not move, |dv| <= tolerance, disagrees).
+    Returns (share or None, number of pairs counted)."""
+    v, t = _arrays(dv, dt)
+    moved = np.abs(t) > tolerance
+    counted = int(moved.sum())
+    if counted == 0:
+        return None, 0
+    same = (np.sign(v[moved]) == np.sign(t[moved])) & (np.abs(v[moved]) > tolerance)
+    return float(same.mean()), counted
+
+
+def pairwise_sign_agreement(scores: Sequence[float], targets: Sequence[float]) -> tuple[float | None, int]:
+    """Over all pairs i < j of candidates whose targets differ: does the score difference have the
+    same sign as the target difference? Returns (share or None, pairs counted)."""
+    s, t = _arrays(scores, targets)
+    i, j = np.triu_indices(s.size, k=1)
+    return sign_agreement(s[i] - s[j], t[i] - t[j])
+
+
+def calibration(values: Sequence[float], targets: Sequence[float], bins: int = 10) -> dict:
+    """Equal-width bins of the values on [0, 1] (bin b holds b/bins <= V < (b+1)/bins, the last
+    bin includes 1). Returns {"ece", "bins": [{"lo", "hi", "n", "value_mean", "mc_mean"}]}; empty
+    bins have n = 0 and null means; ece is None without any value."""
+    v, t = _arrays(values, targets)
+    index = np.clip(np.floor(np.clip(v, 0.0, 1.0) * bins).astype(int), 0, bins - 1)
+    rows, ece = [], 0.0
+    for b in range(bins):
+        chosen = index == b
+        n = int(chosen.sum())
+        row = {"lo": b / bins, "hi": (b + 1) / bins, "n": n, "value_mean": None, "mc_mean": None}
+        if n:
+            row["value_mean"], row["mc_mean"] = float(v[chosen].mean()), float(t[chosen].mean())
+            ece += n / v.size * abs(row["value_mean"] - row["mc_mean"])
+        rows.append(row)
+    return {"ece": float(ece) if v.size else None, "bins": rows}
+
+
+def tracking(pairs: Sequence[tuple[float, float, float, float]]) -> dict:
+    """``pairs`` of consecutive states (V_a, MC_a, V_b, MC_b), state b after state a on one trajectory.
+    Returns the Pearson correlation of dV = V_b - V_a with dMC = MC_b - MC_a, the sign agreement
+    (``sign_agreement``) and the counts."""
+    if not pairs:
+        return {"pairs": 0, "corr": None, "sign_agreement": None, "sign_pairs": 0}
+    p = np.asarray(pairs, dtype=float)
+    dv, dmc = p[:, 2] - p[:, 0], p[:, 3] - p[:, 1]
+    agreement, counted = sign_agreement(dv, dmc)
+    return {"pairs": int(len(p)), "corr": pearson(dv, dmc), "sign_agreement": agreement, "sign_pairs": counted}
+
+
+def value_metrics(values: Sequence[float], targets: Sequence[float], bins: int = 10) -> dict:
+    """The headline numbers of one critic on one set of states."""
+    v, t = _arrays(values, targets)
+    cal = calibration(v, t, bins)
+    return {
+        "n": int(v.size),
+        "mae": mae(v, t),
+        "rmse": rmse(v, t),
+        "pearson": pearson(v, t),
+        "spearman": spearman(v, t),
+        "explained_variance": explained_variance(v, t),
+        "ece": cal["ece"],
+        "value_mean": _float(v.mean()) if v.size else None,
+        "mc_mean": _float(t.mean()) if t.size else None,
+        "calibration": cal["bins"],
+    }
+
+
+def mc_standard_error(wins: Sequence[float], samples: int) -> float | None:
+    """RMS over states of the binomial standard error sqrt(p (1 - p) / M) of an MC mean: the error
+    that even a perfect critic shows against M-sample Monte-Carlo values."""
+    p = np.asarray(wins, dtype=float)
+    if not p.size or samples < 1:
+        return None
+    return _float(np.sqrt((p * (1 - p) / samples).mean()))
+
+
+def mean_or_none(xs: Sequence[float | None]) -> float | None:
+    good = [float(x) for x in xs if x is not None]
+    return float(np.mean(good)) if good else None

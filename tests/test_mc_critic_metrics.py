@@ -1,0 +1,91 @@
+"""analysis/mc_critic/metrics.py (and the ranking helpers of report.py) on hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis.mc_critic import metrics as m
+from analysis.mc_critic.report import _top1
+
+
+def test_average_ranks_share_ties():
+    assert m.average_ranks([3, 1, 3]).tolist() == [2.5, 1.0, 2.5]
+    assert m.average_ranks([5, 5, 5, 1]).tolist() == [3.0, 3.0, 3.0, 1.0]
+
+
+def test_spearman_with_ties():
+    # ranks x = [1, 2.5, 2.5, 4], y = [1, 3, 2, 4]; deviations [-1.5, 0, 0, 1.5] and [-1.5, .5, -.5, 1.5]
+    # -> sum dx dy = 4.5, sum dx^2 = 4.5, sum dy^2 = 5 -> 4.5 / sqrt(22.5) = 3 / sqrt(10)
+    assert m.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(3 / math.sqrt(10))
+    assert m.spearman([1, 2, 3], [10, 20, 1000]) == pytest.approx(1.0)  # monotone, not linear
+    assert m.spearman([1, 1, 1], [1, 2, 3]) is None  # constant side
+    assert m.spearman([1], [2]) is None
+
+
+def test_kendall_tau_b():
+    # pairs of [1,2,2,3] x [1,3,2,4]: 5 concordant, 0 discordant, 1 tied in x -> 5 / sqrt(5 * 6)
+    assert m.kendall_tau([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(5 / math.sqrt(30))
+    # [1,2,3] x [1,3,2]: 2 concordant, 1 discordant -> 1/3
+    assert m.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert m.kendall_tau([3, 2, 1], [1, 2, 3]) == pytest.approx(-1.0)
+    assert m.kendall_tau([1, 2], [5, 5]) is None
+
+
+def test_error_metrics_and_explained_variance():
+    values, targets = [0.1, 0.3, 0.6, 0.8], [0.0, 1.0, 1.0, 0.0]
+    assert m.mae(values, targets) == pytest.approx((0.1 + 0.7 + 0.4 + 0.8) / 4)
+    assert m.rmse(values, targets) == pytest.approx(math.sqrt((0.01 + 0.49 + 0.16 + 0.64) / 4))
+    # residuals [-.1, .7, .4, -.8], mean .05, variance 1.29 / 4; Var(MC) = .25 -> 1 - 1.29
+    assert m.explained_variance(values, targets) == pytest.approx(1 - 1.29)
+    assert m.explained_variance([0.2, 1.2, 1.2, 0.2], targets) == pytest.approx(1.0)  # a constant offset
+    assert m.explained_variance([0.1, 0.2], [0.5, 0.5]) is None  # MC does not vary
+    assert m.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+
+
+def test_calibration_two_bins_by_hand():
+    # bin [0, .5): V .1, .3 (mean .2), MC 0, 1 (mean .5); bin [.5, 1]: V .6, .8 (.7), MC 1, 0 (.5)
+    # ECE = 2/4 |.2 - .5| + 2/4 |.7 - .5| = .15 + .1
+    cal = m.calibration([0.1, 0.3, 0.6, 0.8], [0.0, 1.0, 1.0, 0.0], bins=2)
+    assert cal["ece"] == pytest.approx(0.25)
+    assert [b["n"] for b in cal["bins"]] == [2, 2]
+    assert cal["bins"][0]["value_mean"] == pytest.approx(0.2) and cal["bins"][0]["mc_mean"] == pytest.approx(0.5)
+    # edges: 0.5 opens the upper bin, 1.0 stays in the last one; empty bins have no means
+    cal = m.calibration([0.5, 1.0], [1.0, 1.0], bins=10)
+    assert [b["n"] for b in cal["bins"]] == [0, 0, 0, 0, 0, 1, 0, 0, 0, 1]
+    assert cal["bins"][0]["value_mean"] is None
+    assert cal["ece"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.0)
+
+
+def test_tracking_by_hand():
+    pairs = [(0.2, 0.1, 0.5, 0.6), (0.5, 0.6, 0.4, 0.9), (0.4, 0.9, 0.4, 0.9), (0.3, 0.5, 0.1, 0.2)]
+    # dV = [.3, -.1, 0, -.2], dMC = [.5, .3, 0, -.3]: MC moved in 3 pairs, the critic agrees in 2
+    result = m.tracking(pairs)
+    assert result["pairs"] == 4 and result["sign_pairs"] == 3
+    assert result["sign_agreement"] == pytest.approx(2 / 3)
+    # deviations from the means (0, .125): sum dxdy = .18, sum dx^2 = .14, sum dy^2 = .3675
+    assert result["corr"] == pytest.approx(0.18 / math.sqrt(0.14 * 0.3675))
+    assert m.tracking([]) == {"pairs": 0, "corr": None, "sign_agreement": None, "sign_pairs": 0}
+
+
+def test_sign_agreement_counts_a_flat_critic_as_wrong():
+    assert m.sign_agreement([0.0, 0.1], [0.2, 0.1]) == (0.5, 2)
+    assert m.sign_agreement([0.3], [0.0]) == (None, 0)
+
+
+def test_pairwise_sign_agreement_and_top1():
+    scores, targets = [0.2, 0.5, 0.5], [0.0, 1.0, 0.5]
+    # (0,1): -.3 vs -1 agree; (0,2): -.3 vs -.5 agree; (1,2): 0 vs .5 -> a tie in the critic disagrees
+    assert m.pairwise_sign_agreement(scores, targets) == (pytest.approx(2 / 3), 3)
+    # the critic's top is shared by candidates 1 (MC best) and 2 (not): half the credit
+    assert _top1(np.array(scores), np.array(targets)) == 0.5
+    assert _top1(np.array([0.9, 0.1]), np.array([0.5, 0.5])) == 1.0  # MC tie: either pick is right
+
+
+def test_value_metrics_and_mc_noise():
+    block = m.value_metrics([0.1, 0.3, 0.6, 0.8], [0.0, 1.0, 1.0, 0.0])
+    assert block["n"] == 4 and block["ece"] == pytest.approx(m.calibration([0.1, 0.3, 0.6, 0.8], [0, 1, 1, 0])["ece"])
+    assert len(block["calibration"]) == 10
+    # p = .5 and 0 with M = 4: sqrt(mean(.25 / 4, 0)) = sqrt(1/32)
+    assert m.mc_standard_error([0.5, 0.0], 4) == pytest.approx(math.sqrt(1 / 32))
+    assert m.mean_or_none([None, 1.0, 3.0]) == 2.0 and m.mean_or_none([None]) is None
