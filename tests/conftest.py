@@ -50,6 +50,15 @@ def pytest_make_collect_report(collector):
 
 
 
+@pytest.fixture()
+def one_thread():
+    """One torch thread: the tiny model gains nothing from more, and loses a lot when the cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The tiny tokenizer, trained on texts of 30 vault games (T = 40)."""

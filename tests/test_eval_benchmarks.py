@@ -33,13 +33,7 @@ from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tiny model runs fastest on one thread (and the CLI sets the thread count)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write_math(path: Path, labels) -> Path:

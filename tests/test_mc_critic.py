@@ -21,13 +21,7 @@ from analysis.mc_critic.states import State, action_children, force_action, macr
 GAME = 2_000_000_003
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: the tiny model gains nothing from more, and loses a lot when the cores are shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class ScriptedSampler:

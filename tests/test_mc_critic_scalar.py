@@ -24,12 +24,7 @@ from analysis.mc_critic.critics import ScalarCritic
 from analysis.mc_critic.states import State
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_critic(policy, seed=0):
