@@ -125,8 +125,16 @@ def _cp_rank_main(rank: int, world: int, port: int, case_path: str, out_path: st
             },
             out_path,
         )
+    dist.barrier()  # every rank has written its result before any tears down
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     _cp_rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    # Exit without interpreter teardown: under load, gloo's and autograd's C++ threads could abort the
+    # process there ("terminate called without an active exception") after the result was written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import os
+
+    os._exit(0)
