@@ -126,12 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- the run ----------------------------------------------------------------------------------------------
 
 
-def _load_model(path: Path, device: Any) -> tuple[Any, Any]:
-    from tempo_plugin.backends.local.model import load_pretrained
-
-    return load_pretrained(str(path), device)
-
-
 def _generation(cfg: TempoConfig) -> dict[str, Any]:
     keys = ("env", "env_data", "task", "max_episode_steps", "max_trajectory_tokens", "max_assistant_tokens",
             "critic_max_tokens", "temperature", "top_p", "restore")
@@ -159,7 +153,7 @@ def run(args: argparse.Namespace) -> dict:
     import torch
     from tqdm import tqdm
 
-    from tempo_plugin.backends.local.model import resolve_device
+    from tempo_plugin.backends.local.model import load_pretrained, resolve_device
     from tempo_plugin.backends.local.sampler import LocalSampler
     from tempo_plugin.rollout.protocol import ChatProtocol
     from tempo_plugin.rollout.sampler import SamplingParams
@@ -194,7 +188,7 @@ def run(args: argparse.Namespace) -> dict:
             raise UsageError(f"{args.run}: no critic to measure: a single-turn run keeps its PPO/TPPO critic in "
                              "critic/critic.safetensors (GRPO has none); pass --critic-model RUN")
     print(f"loading the actor from {ref.model_dir} ...", flush=True)
-    model, tokenizer = _load_model(ref.model_dir, device)
+    model, tokenizer = load_pretrained(str(ref.model_dir), device)
     protocol = ChatProtocol(tokenizer)
     sampler = LocalSampler(model, tokenizer, max_batch_size=max(64, args.rows), max_batch_tokens=args.batch_tokens)
     params = SamplingParams(cfg.temperature, cfg.top_p, protocol.stop_token_ids)
@@ -230,7 +224,7 @@ def run(args: argparse.Namespace) -> dict:
         critics.append(GenerativeCritic(_critic_name(names, "generative"), rollout, args.critic_samples, actor))
         for critic_ref in critic_refs:
             print(f"loading the critic model {critic_ref.model_dir} ...", flush=True)
-            other, other_tokenizer = _load_model(critic_ref.model_dir, device)
+            other, other_tokenizer = load_pretrained(str(critic_ref.model_dir), device)
             other_protocol = ChatProtocol(other_tokenizer)
             other_sampler = LocalSampler(other, other_tokenizer, max_batch_size=max(64, args.rows),
                                          max_batch_tokens=args.batch_tokens)
@@ -263,7 +257,7 @@ def run(args: argparse.Namespace) -> dict:
         sources = ([(ref, model)] if ref.critic_dir is not None else []) + [(r, None) for r in critic_refs]
         for source, policy in sources:
             if policy is None:
-                policy, _ = _load_model(source.model_dir, device)
+                policy, _ = load_pretrained(str(source.model_dir), device)
             estimator = critic_estimator(source.critic_dir)
             value_model = load_value_model(source.critic_dir, policy)
             base_name = estimator if source is ref else f"{estimator}:{source.name}"

@@ -9,22 +9,21 @@ When the server stops on a stop token, that token is not in the returned text (s
 Each request is sent with ``n: 1`` and its own ``seed`` (derived from the call's seed and the
 request's position), so N copies of one prompt give N different samples. A temperature at or below
 ``greedy_below`` is sent as 0 (greedy decoding, which every OpenAI-style server accepts). Only the
-standard library is used; like the SGLang sampler it never goes through an HTTP proxy. A request
-is retried a few times when it cannot have started a generation (connection refused, a 5xx
-answer); a 4xx answer, a timeout or a malformed answer raises ``OpenAIError`` at once, with a
-one-line message.
+standard library is used; requests go out through the SGLang sampler's ``request_json`` (no
+proxy; retried a few times when they cannot have started a generation, a connection refused or a
+5xx answer; a 4xx answer, a timeout or a malformed answer raises ``OpenAIError`` at once, with a
+one-line message).
 """
 
 from __future__ import annotations
 
 import json
-import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tempo_plugin.backends.slime.http_sampler import request_json
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 
@@ -56,29 +55,8 @@ class OpenAISampler:
     def completions_url(self) -> str:
         return api_base(self.url) + "/completions"
 
-    def _open(self, request: urllib.request.Request) -> dict[str, Any]:
-        """Send with bounded retries on connection failures and 5xx answers."""
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            try:
-                with opener.open(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as error:
-                detail = error.read()[:200].decode("utf-8", "replace").replace("\n", " ")
-                problem = f"{request.full_url} answered {error.code}: {detail}"
-                if error.code < 500:
-                    raise OpenAIError(problem) from None
-            except json.JSONDecodeError as error:
-                raise OpenAIError(f"{request.full_url} answered with something that is not JSON ({error})") from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
-                reason = getattr(error, "reason", error)
-                if isinstance(error, TimeoutError) or isinstance(reason, TimeoutError):
-                    raise OpenAIError(f"{request.full_url} gave no answer within {self.timeout_s:g} s") from None
-                problem = f"{request.full_url} unreachable: {reason}"
-            if attempt < self.max_retries:
-                time.sleep(self.retry_delay_s)
-        raise OpenAIError(f"{problem} (gave up after {self.max_retries} retries)")
+    def _open(self, request: urllib.request.Request) -> Any:
+        return request_json(request, self.timeout_s, self.max_retries, self.retry_delay_s, OpenAIError)
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(

@@ -20,8 +20,8 @@ instead of silently starting from an empty state store on resume.
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import os
 import socket
 from pathlib import Path

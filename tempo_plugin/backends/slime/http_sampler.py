@@ -46,6 +46,36 @@ def completion_from_sglang(output: dict[str, Any]) -> Completion:
     )
 
 
+def request_json(request: urllib.request.Request, timeout_s: float, max_retries: int, retry_delay_s: float,
+                 error_type: type[Exception]) -> Any:
+    """The JSON answer to ``request``, never through a proxy. Sent again only when it cannot have
+    started a generation (the connection failed, or a 5xx answer), at most ``max_retries`` times;
+    a 4xx answer, a timeout or an answer that is not JSON raises ``error_type`` at once, one line."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy, whatever the environment says
+    url = request.full_url
+    problem = ""
+    for attempt in range(max_retries + 1):
+        try:
+            with opener.open(request, timeout=timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            detail = error.read()[:200].decode("utf-8", "replace").replace("\n", " ")
+            problem = f"{url} answered {error.code}: {detail}"
+            if error.code < 500:
+                raise error_type(problem) from None
+        except json.JSONDecodeError as error:
+            raise error_type(f"{url} answered with something that is not JSON ({error})") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            if isinstance(error, TimeoutError) or isinstance(reason, TimeoutError):
+                raise error_type(f"{url} gave no answer within {timeout_s:g} s (not re-sent: "
+                                 "the generation may still be running)") from None
+            problem = f"{url} unreachable: {reason}"
+        if attempt < max_retries:
+            time.sleep(retry_delay_s)
+    raise error_type(f"{problem} (gave up after {max_retries} retries)")
+
+
 @dataclass
 class HTTPSampler:
     url: str  # e.g. http://127.0.0.1:30000/generate
@@ -55,28 +85,10 @@ class HTTPSampler:
     retry_delay_s: float = 1.0  # ... this many seconds apart
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries on connection failures and 5xx answers; a 4xx answer or a timeout
-        raises at once."""
         request = urllib.request.Request(
             self.url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
         )
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy, whatever the environment says
-        for attempt in range(self.max_retries + 1):
-            try:
-                with opener.open(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as error:
-                problem = f"{self.url} answered {error.code}: {error.read()[:200]!r}"
-                if error.code < 500:
-                    raise GenerationError(problem) from error
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-                if isinstance(error, TimeoutError) or isinstance(getattr(error, "reason", None), TimeoutError):
-                    raise GenerationError(f"{self.url} gave no answer within {self.timeout_s} s (not re-sent: "
-                                          "the generation may still be running)") from error
-                problem = f"{self.url} unreachable: {error}"
-            if attempt < self.max_retries:
-                time.sleep(self.retry_delay_s)
-        raise GenerationError(f"{problem} (gave up after {self.max_retries} retries)")
+        return request_json(request, self.timeout_s, self.max_retries, self.retry_delay_s, GenerationError)
 
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         def one(request: Request) -> Completion:
