@@ -223,7 +223,9 @@ def test_grpo_baseline_episodes_carry_the_models_logprobs(tmp_path, tiny_model, 
     assert source.game_cursor == 2
     for sample in flat(out.samples):
         check_sample_arrays(sample)
-        assert sample.reward in (0.0, 1.0)
+        # the episode return less 0.1 per action the game did not accept, as on the embedded runtime
+        meta = sample.metadata
+        assert sample.reward == pytest.approx(float(meta["won"]) - 0.1 * meta["unaccepted_actions"])
         ids = torch.tensor([sample.tokens])
         with torch.no_grad():
             reference = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0)[0]
@@ -231,6 +233,7 @@ def test_grpo_baseline_episodes_carry_the_models_logprobs(tmp_path, tiny_model, 
         mask = torch.tensor(sample.loss_mask).bool()
         served = torch.tensor(sample.rollout_log_probs)
         assert torch.allclose(reference[start:][mask], served[mask], atol=1e-4)
+    assert any(s.metadata["unaccepted_actions"] > 0 for s in flat(out.samples))  # the penalty was exercised
 
 
 def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):

@@ -34,8 +34,8 @@ from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, crit
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import Env
-from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
+from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
@@ -356,8 +356,7 @@ class TempoRollout:
         env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
         branches = [b for b in branches if b.group not in broken]
         returns = [b.segment_reward for b in branches]
-        advantages = grpo_advantages([r - cfg.invalid_action_penalty * b.unaccepted_actions for r, b in zip(returns, branches)],
-                                     cfg.branches)
+        advantages = grpo_advantages([shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches], cfg.branches)
         samples = [
             make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
             for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
@@ -390,6 +389,12 @@ class TempoRollout:
     def success_rate(self, games: Sequence[int], seed: int) -> float:
         """Fraction of complete episodes won, one episode per game."""
         return mean([float(b.won) for b in self.play_episodes(games, seed)])
+
+
+def shaped_episode_return(branch: Branch, penalty: float) -> float:
+    """R'_i = R_i - c u_i: an episode's return less the invalid-action penalty, what multi-turn GRPO
+    centres on both runtimes."""
+    return branch.segment_reward - penalty * branch.unaccepted_actions
 
 
 def rollout_metrics(rounds: Sequence) -> dict[str, float]:

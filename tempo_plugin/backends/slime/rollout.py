@@ -29,7 +29,7 @@ from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games, sampling_seed
-from tempo_plugin.rollout.updates import rollout_metrics, start_states
+from tempo_plugin.rollout.updates import rollout_metrics, shaped_episode_return, start_states
 
 
 def slime_types() -> SimpleNamespace:
@@ -87,7 +87,8 @@ def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
     branches = rollout.play_episodes(games, seed=sampling_seed(cfg.seed, rollout_id), episodes_per_game=cfg.branches)
     decode = rollout.protocol.tokenizer.decode
     first = rollout_id * episode_sample_count(cfg)
-    samples = [from_episode(b, b.segment_reward, types.Sample, first + i, decode) for i, b in enumerate(branches)]
+    samples = [from_episode(b, shaped_episode_return(b, cfg.invalid_action_penalty), types.Sample, first + i, decode)
+               for i, b in enumerate(branches)]
     groups = [samples[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games))]
     metrics = {
         "rollout/success_rate": mean([float(b.won) for b in branches]),

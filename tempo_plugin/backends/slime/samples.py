@@ -64,7 +64,8 @@ def from_episode(branch: Branch, reward: float, sample_cls: Any, index: int, dec
     return _slime_sample(
         sample_cls, branch.group, index, branch.tokens, len(branch.start.token_prefix), branch.loss_mask,
         branch.logprobs, reward, sample_cls.Status.TRUNCATED if truncated else sample_cls.Status.COMPLETED,
-        {"tempo_role": ACTOR, "stop_reason": branch.stop_reason}, decode,
+        {"tempo_role": ACTOR, "stop_reason": branch.stop_reason, "won": branch.won,
+         "unaccepted_actions": branch.unaccepted_actions}, decode,
     )
 
 
