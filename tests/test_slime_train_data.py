@@ -206,11 +206,13 @@ def test_tempo_samples_survive_slimes_conversion_and_dp_split(tmp_path, tokenize
 def test_grpo_baseline_survives_slimes_default_normalisation_and_split(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
     url = serve(ScriptedPolicy(tokenizer, protocol))
     args = slime_args(
-        tmp_path, tokenizer_dir, url, rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
+        tmp_path, tokenizer_dir, url, tempo={"invalid_action_penalty": 0.0},
+        rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout",
     )
     source = TempoDataSource(args)
     outputs = [generate_grpo_rollout(args, rollout_id, source) for rollout_id in range(2)]
-    # the scripted policy plays at random and never wins (every reward 0, so every normalised reward 0):
+    # the scripted policy plays at random and never wins (with no invalid-action penalty every reward
+    # is 0, so every normalised reward 0):
     # give rollout 1 the rewards of wins in game 0 (first episode) and game 1 (both), so the grouping shows
     assert all(s.reward == 0.0 for s in flat(outputs[0].samples))
     for sample, reward in zip(flat(outputs[1].samples), (1.0, 0.0, 1.0, 1.0)):
