@@ -7,7 +7,8 @@ for one warm-up and --updates TD updates and reports, from the same run:
 
 - where the time goes: sampler (generation, prefill included), trainer (forward + backward +
   optimiser step), environment steps, and the rest ("overhead": restores, prompt rendering, critic
-  parsing, bookkeeping), as shares of the update time (goal: overhead <= 3%);
+  parsing, bookkeeping), and the checkpoint written after every update (--save-every 1, the
+  default), as shares of the whole time (goal: everything outside generate / forward / backward <= 3%);
 - the prefill ratio: prompt tokens the sampler ran through the model over the prompt tokens of every
   request (what a sampler without a kept KV cache and without shared prompts would prefill), overall
   and for first rounds only (N branches of one start state, K samples of one critic prompt: goal
@@ -62,7 +63,20 @@ def main() -> None:
 
     sampler_module.LocalSampler.generate = timed_generate
     sampler_module.LocalSampler.__post_init__ = remember
-    from tempo_plugin.train import run
+    from tempo_plugin import train as train_module
+
+    original_save = train_module.save_checkpoint
+
+    def timed_save(*save_args, **save_kwargs):
+        tic = time.perf_counter()
+        try:
+            return original_save(*save_args, **save_kwargs)
+        finally:
+            timings["checkpoint"] += time.perf_counter() - tic
+
+    timings["checkpoint"] = 0.0
+    train_module.save_checkpoint = timed_save
+    run = train_module.run
 
     with tempfile.TemporaryDirectory() as out:
         argv = ["--warmup-updates", "1", "--td-updates", str(args.updates), "--eval-games", "0", "--seed", str(args.seed),
@@ -73,18 +87,22 @@ def main() -> None:
         run(cfg)
         records = [json.loads(line) for line in (Path(out) / "run" / "metrics.jsonl").read_text().splitlines()]
     updates = [r for r in records if r.get("phase") in ("warmup", "td")]
-    total = sum(r["time/update"] for r in updates)
+    checkpoint = timings["checkpoint"]  # written after the update's metrics: not in time/update
+    total = sum(r["time/update"] for r in updates) + checkpoint
     train = sum(r["time/train"] for r in updates)
     env = sum(r.get("time/env", 0.0) for r in updates)
     generate = timings["generate"]
-    overhead = total - train - env - generate
+    overhead = total - train - env - generate - checkpoint
     sampler = samplers[-1]
     rounds = sum(r.get("rollout/rounds", 0.0) for r in updates)
     print(f"{len(updates)} updates (1 warm-up + {args.updates} TD), seed {args.seed}, {total:.1f} s in all")
     print(f"{'part':<28} {'seconds':>8} {'share':>7}")
     for name, seconds in (("sampler (generate)", generate), ("trainer (fwd+bwd+step)", train),
-                          ("environment steps", env), ("overhead (everything else)", overhead)):
+                          ("environment steps", env), ("checkpoints (every update)", checkpoint),
+                          ("overhead (everything else)", overhead)):
         print(f"{name:<28} {seconds:>8.2f} {seconds / total:>7.1%}")
+    outside = total - generate - train
+    print(f"{'outside generate/fwd/bwd':<28} {outside:>8.2f} {outside / total:>7.1%}  (goal <= 3%)")
     ratio = sampler.prefill_tokens / max(sampler.prompt_tokens, 1)
     first = timings["first_round_prefill"] / max(timings["first_round_prompt"], 1)
     print(f"prefill ratio, all calls: {sampler.prefill_tokens} / {sampler.prompt_tokens} prompt tokens = {ratio:.3f}")

@@ -87,11 +87,11 @@ class _FlakyHandler:
         import http.server
         import threading
 
-        state = {"calls": 0}
+        state = {"calls": 0, "bodies": []}
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
+                state["bodies"].append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 state["calls"] += 1
                 if state["calls"] <= failures:
                     self.send_response(fail_status)
@@ -136,6 +136,27 @@ def test_http_sampler_retries_transient_failures_only():
     with pytest.raises(GenerationError, match="gave up after 2 retries"):
         HTTPSampler(f"http://127.0.0.1:{closed}/generate", max_retries=2, retry_delay_s=0.01, timeout_s=5).generate(
             [Request([1], 4)], SamplingParams(), seed=0)
+
+
+def test_http_sampler_seeds_each_request_under_deterministic_inference():
+    """slime seeds its SGLang requests only with --sglang-enable-deterministic-inference; so does the
+    sampler (seed_requests): request i of a call with seed s sends (s x 1000003 + i) mod (2^31 - 1),
+    so the N branches of one start state, which send the same prompt, get different seeds."""
+    from tempo_plugin.rollout.games import request_seed
+    from tempo_plugin.rollout.sampler import Request, SamplingParams
+
+    assert request_seed(5, 2) == 5_000_017
+    assert request_seed(2**31, 4) == 1_000_007  # 2^31 = 1 mod 2^31 - 1
+    server, state = _FlakyHandler.serve(failures=0, fail_status=503)
+    url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+    same_prompt = [Request([1, 2], 4)] * 3
+    HTTPSampler(url, max_workers=1, seed_requests=True).generate(same_prompt, SamplingParams(), seed=5)
+    HTTPSampler(url, max_workers=1, seed_requests=True).generate(same_prompt[:1], SamplingParams(), seed=6)
+    HTTPSampler(url, max_workers=1).generate(same_prompt[:1], SamplingParams(), seed=5)
+    seeds = [body["sampling_params"].get("sampling_seed") for body in state["bodies"]]
+    assert seeds == [5_000_015, 5_000_016, 5_000_017, 6_000_018, None]
+    server.shutdown()
+    server.server_close()
 
 
 def test_http_sampler_ignores_proxy_settings(monkeypatch):

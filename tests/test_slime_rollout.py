@@ -347,3 +347,14 @@ def test_state_files_are_json_and_only_the_newest_are_kept(tmp_path, tokenizer, 
     (folder / "state_notes.json").write_text("{}")  # not a state file: left alone
     assert prune_state_files(folder, keep=1) == [folder / "state_10.json"]
     assert sorted(p.name for p in folder.iterdir()) == ["state_11.json", "state_notes.json"]
+
+
+def test_requests_are_seeded_under_slimes_deterministic_inference_flag(tmp_path, tokenizer_dir):
+    """As slime's own rollout: per-request sampling seeds only with --sglang-enable-deterministic-inference."""
+    url = "http://127.0.0.1:9"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = TempoDataSource(slime_args(tmp_path / "a", tokenizer_dir, url)).rollout().sampler
+    seeded = TempoDataSource(slime_args(tmp_path / "b", tokenizer_dir, url,
+                                        sglang_enable_deterministic_inference=True)).rollout().sampler
+    assert (plain.seed_requests, seeded.seed_requests) == (False, True)

@@ -28,3 +28,13 @@ ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC = 0, 7, 11, 13
 def sampling_seed(run_seed: int, update: int, stream: int = ROLLOUT) -> int:
     """The sampler seed of one call: runs with different ``--seed`` draw different noise."""
     return (run_seed * TRAIN_GAMES_PER_SEED + update) * 31 + stream
+
+
+REQUEST_SEED_MODULUS = 2**31 - 1  # per-request seeds stay in a 32-bit signed int, whatever the server does with them
+
+
+def request_seed(call_seed: int, index: int) -> int:
+    """The seed of the ``index``-th request of a sampler call whose seed is ``call_seed``, for servers
+    that seed each request (SGLang's ``sampling_params.sampling_seed``): the N branches of one start
+    state send the same prompt, so each needs its own seed or they would sample the same tokens."""
+    return (call_seed * 1_000_003 + index) % REQUEST_SEED_MODULUS

@@ -34,6 +34,7 @@ from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, crit
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import Env
+from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
@@ -85,6 +86,9 @@ class TempoRollout:
     sampler: Sampler
     protocol: ChatProtocol
     make_env: Callable[[], Env]
+
+    def __post_init__(self) -> None:
+        self.envs = EnvPool(self.make_env)  # every branch of the run reuses these (envs/pool.py)
 
     @property
     def params(self) -> SamplingParams:
@@ -167,12 +171,13 @@ class TempoRollout:
         tic = time.perf_counter()
         branches = [
             b for group, game in enumerate(games)
-            for b in self._restore_group(fresh_state(self.make_env(), game, self.protocol), group)
+            for b in self._restore_group(self._fresh_state(game), group)
         ]
         env_seconds = run_branches(
             branches, self.sampler, self.protocol, self.params, self._limits(cfg.max_episode_steps),
             seed=sampling_seed(cfg.seed, update)
         )
+        self._release(branches)
         rollout_seconds = time.perf_counter() - tic
 
         # Each game's round-0 state, with the mean outcome of its N episodes as target: TD batches
@@ -227,14 +232,32 @@ class TempoRollout:
 
     # -- TD -----------------------------------------------------------------------------------------
 
+    def _fresh_state(self, game: int) -> MacroState:
+        env = self.envs.acquire(game)
+        state = fresh_state(env, game, self.protocol)
+        self.envs.release(env, game)
+        return state
+
     def _restore_group(self, state: MacroState, group: int, count: int | None = None) -> list[Branch]:
-        """``count`` (default N = --branches) environments restored to ``state``, one branch each."""
-        branches = []
+        """``count`` (default N = --branches) pooled environments restored to ``state``, one branch
+        each; on a RestoreError the group's environments go back to the pool."""
+        branches: list[Branch] = []
         for _ in range(self.cfg.branches if count is None else count):
-            env = self.make_env()
-            restore_env(env, state, self.cfg.restore)
+            env = self.envs.acquire(state.env_seed)
+            try:
+                restore_env(env, state, self.cfg.restore)
+            except RestoreError:
+                self._release(branches)
+                self.envs.release(env, state.env_seed)
+                raise
             branches.append(Branch.from_state(state, env, group))
         return branches
+
+    def _release(self, branches: Sequence[Branch]) -> None:
+        """Give the branches' environments back to the pool, except those that raised."""
+        for branch in branches:
+            if branch.stop_reason != ENV_ERROR:
+                self.envs.release(branch.env, branch.start.env_seed)
 
     def td_update(self, update: int, starts: Sequence[MacroState], next_game: Callable[[], int]) -> UpdateBatch:
         """``starts`` come from the store; the batch is topped up to states_per_batch with fresh games."""
@@ -251,7 +274,7 @@ class TempoRollout:
                     f"start states; the environment ({cfg.env}) does not reproduce its saved states (try --restore replay)"
                 )
             is_fresh = not pending
-            state = pending.pop(0) if pending else fresh_state(self.make_env(), next_game(), self.protocol)
+            state = pending.pop(0) if pending else self._fresh_state(next_game())
             try:
                 groups.append(self._restore_group(state, len(groups)))
             except RestoreError:
@@ -263,6 +286,7 @@ class TempoRollout:
             branches, self.sampler, self.protocol, self.params, self._limits(cfg.macro_rounds),
             seed=sampling_seed(cfg.seed, update)
         )
+        self._release(branches)
         rollout_seconds = time.perf_counter() - tic
 
         tic = time.perf_counter()
@@ -381,9 +405,10 @@ class TempoRollout:
         """Complete episodes from fresh games; the episodes of game i form group i."""
         branches = [
             b for group, game in enumerate(games)
-            for b in self._restore_group(fresh_state(self.make_env(), game, self.protocol), group, episodes_per_game)
+            for b in self._restore_group(self._fresh_state(game), group, episodes_per_game)
         ]
         run_branches(branches, self.sampler, self.protocol, self.params, self._limits(self.cfg.max_episode_steps), seed)
+        self._release(branches)
         return branches
 
     def success_rate(self, games: Sequence[int], seed: int) -> float:

@@ -104,7 +104,8 @@ class TempoDataSource:
             tokenizer = AutoTokenizer.from_pretrained(self.args.hf_checkpoint, trust_remote_code=True)
             url = f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}/generate"
             # as many requests in flight as slime lets its own rollout send to one engine
-            sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64))
+            sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64),
+                                  seed_requests=bool(getattr(self.args, "sglang_enable_deterministic_inference", False)))
             cfg = self.cfg
             make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
             self._rollout = TempoRollout(cfg, sampler, ChatProtocol(tokenizer), make_env)

@@ -9,6 +9,11 @@ through an HTTP proxy: ``http_proxy`` / ``https_proxy`` in the environment are i
 router is cluster-internal. A request is sent again only when it cannot have started a generation
 (the connection failed, or the server answered 5xx); after a timeout the generation may still be
 running on the server, so the sampler raises instead of sending it a second time.
+
+With ``seed_requests`` (slime's ``--sglang-enable-deterministic-inference``, the flag under which
+slime's own rollout seeds its requests) every request carries ``sampling_params.sampling_seed``,
+derived from the call's seed (``sampling_seed``: the run's ``--seed``, the update, the stream) and
+the request's index (``rollout.games.request_seed``), so a run's sampling is fixed by its seed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tempo_plugin.rollout.games import request_seed
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 
@@ -83,6 +89,7 @@ class HTTPSampler:
     timeout_s: float = 600.0
     max_retries: int = 60  # as slime's own http_utils.post: transient failures are retried ...
     retry_delay_s: float = 1.0  # ... this many seconds apart
+    seed_requests: bool = False  # send sampling_params.sampling_seed (SGLang deterministic inference)
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
@@ -91,8 +98,9 @@ class HTTPSampler:
         return request_json(request, self.timeout_s, self.max_retries, self.retry_delay_s, GenerationError)
 
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
-        def one(request: Request) -> Completion:
-            payload = {
+        def one(indexed: tuple[int, Request]) -> Completion:
+            index, request = indexed
+            payload: dict[str, Any] = {
                 "input_ids": list(request.prompt_ids),
                 "sampling_params": {
                     "temperature": params.temperature,
@@ -104,9 +112,11 @@ class HTTPSampler:
                 },
                 "return_logprob": True,
             }
+            if self.seed_requests:
+                payload["sampling_params"]["sampling_seed"] = request_seed(seed, index)
             return completion_from_sglang(self._post(payload))
 
         if not requests:
             return []
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(requests))) as pool:
-            return list(pool.map(one, requests))
+            return list(pool.map(one, enumerate(requests)))
