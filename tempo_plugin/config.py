@@ -13,6 +13,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
+ESTIMATORS = ("tempo", "grpo", "temporal_grpo", "ppo", "tppo")
+"""--advantage-estimator: the multi-turn ones play --env, ppo/tppo (and grpo with --task) a single-turn task."""
+
+
 class ConfigError(ValueError):
     """A setting is invalid; the message names the flag to fix."""
 
@@ -39,12 +43,19 @@ class TempoConfig:
     invalid_action_penalty: float = field(default=0.1, metadata={
         "help": "c: the actor's return counts -c per action the environment did not accept (TEMPO, multi-turn GRPO); "
                 "the critic's target is unchanged (0: the method as specified)"})
+    prefix_is_clip: float = field(default=0.0, metadata={
+        "help": "C: weight each restored start state's actor advantages by w = min(exp(L_cur - L_old), C), the "
+                "current over the sampling policies' likelihood of its prefix (0: no correction)"})
+    prefix_is_normalise: bool = field(default=False, metadata={"help": "divide the restored states' prefix weights by their batch mean"})
+    prefix_is_max_staleness: int = field(default=-1, metadata={
+        "help": "a restored state whose prefix is more than this many updates old gets prefix weight 0 (-1: no cap)"})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
     # algorithm
     advantage_estimator: str = field(default="tempo", metadata={
         "help": "tempo (multi-turn, --env); grpo (multi-turn on --env: N complete episodes per game, "
-                "or single-turn when --task is given); ppo, tppo (single-turn, --task)",
-        "choices": ("tempo", "grpo", "ppo", "tppo")})
+                "or single-turn when --task is given); temporal_grpo (multi-turn on --env, group-relative "
+                "advantages per stage of the environment's milestones); ppo, tppo (single-turn, --task)",
+        "choices": ESTIMATORS})
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
     critic_learning_rate: float = field(default=1e-4, metadata={"help": "PPO/TPPO: AdamW learning rate of the separate critic model"})
@@ -89,7 +100,12 @@ class TempoConfig:
     @property
     def multi_turn(self) -> bool:
         """TEMPO, or GRPO on an environment (no --task): episodes of --env rather than single answers."""
-        return self.advantage_estimator == "tempo" or (self.advantage_estimator == "grpo" and not self.task)
+        return self.advantage_estimator in ("tempo", "temporal_grpo") or (self.advantage_estimator == "grpo" and not self.task)
+
+    @property
+    def episode_estimator(self) -> bool:
+        """Multi-turn GRPO or Temporal GRPO: complete episodes per game, no critic, no warm-up."""
+        return self.multi_turn and self.advantage_estimator in ("grpo", "temporal_grpo")
 
     @property
     def task_name(self) -> str:
@@ -97,8 +113,8 @@ class TempoConfig:
 
     @property
     def total_updates(self) -> int:
-        if self.advantage_estimator == "grpo" and self.multi_turn:
-            return self.td_updates  # multi-turn GRPO has no critic, so no warm-up
+        if self.episode_estimator:
+            return self.td_updates  # multi-turn GRPO and Temporal GRPO have no critic, so no warm-up
         return self.warmup_updates + self.td_updates
 
     def validate(self) -> "TempoConfig":
@@ -126,8 +142,8 @@ class TempoConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
         if self.total_updates < 1:
-            if self.advantage_estimator == "grpo" and self.multi_turn:
-                raise ConfigError("--td-updates must be >= 1 (multi-turn GRPO has no warm-up)")
+            if self.episode_estimator:
+                raise ConfigError(f"--td-updates must be >= 1 ({self.advantage_estimator} on an environment has no warm-up)")
             raise ConfigError("--warmup-updates plus --td-updates must be >= 1")
         if self.max_episode_steps % self.macro_rounds != 0:
             raise ConfigError(
@@ -154,8 +170,21 @@ class TempoConfig:
             raise ConfigError(f"--device must be auto, cpu or cuda (got {self.device!r})")
         if self.restore not in ("auto", "replay"):
             raise ConfigError(f"--restore must be auto or replay (got {self.restore!r})")
-        if self.advantage_estimator not in ("tempo", "grpo", "ppo", "tppo"):
-            raise ConfigError(f"--advantage-estimator must be tempo, grpo, ppo or tppo (got {self.advantage_estimator!r})")
+        if self.advantage_estimator not in ESTIMATORS:
+            raise ConfigError(f"--advantage-estimator must be one of {', '.join(ESTIMATORS)} (got {self.advantage_estimator!r})")
+        if self.advantage_estimator == "temporal_grpo":
+            from tempo_plugin.envs import env_class
+            from tempo_plugin.envs.base import has_stages
+
+            if self.task:
+                raise ConfigError("--advantage-estimator temporal_grpo plays an environment (--env); drop --task")
+            if not has_stages(env_class(self.env)):
+                raise ConfigError(f"--advantage-estimator temporal_grpo needs an environment with milestones; "
+                                  f"--env {self.env} has none (use vaults or vault)")
+        if self.prefix_is_clip < 0:
+            raise ConfigError(f"--prefix-is-clip must be >= 0 (0: no correction; got {self.prefix_is_clip})")
+        if self.prefix_is_max_staleness < -1:
+            raise ConfigError(f"--prefix-is-max-staleness must be >= 0, or -1 for no cap (got {self.prefix_is_max_staleness})")
         if self.critic_init not in ("zero", "small"):
             raise ConfigError(f"--critic-init must be zero or small (got {self.critic_init!r})")
         if not (0 <= self.gamma <= 1 and 0 <= self.lambd <= 1):

@@ -23,6 +23,13 @@ SUMMARY_METRICS: tuple[tuple[str, str | None], ...] = (
     ("rollout/success_rate", "grpo"),
     ("actor/degenerate_group_rate", "grpo"),
     ("train/actor_samples", "grpo"),
+    ("rollout/success_rate", "temporal_grpo"),
+    ("stages/completed_mean", "temporal_grpo"),
+    ("actor/degenerate_group_rate", "temporal_grpo"),
+    ("train/actor_samples", "temporal_grpo"),
+    ("is/log_w_mean", "td"),
+    ("is/ess", "td"),
+    ("is/clip_frac", "td"),
 )
 PLOTTED_METRICS = ("critic/abs_error_mean", "critic/value_corr", "critic/identical_group_rate",
                    "actor/segment_reward_mean", "actor/degenerate_group_rate", "train/actor_samples",

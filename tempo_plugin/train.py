@@ -200,11 +200,12 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                total=cfg.total_updates, desc="TEMPO", unit="update")
     for update in bar:
         tic = time.perf_counter()
-        if cfg.advantage_estimator == "grpo":
-            phase = "grpo"
+        if cfg.episode_estimator:
+            phase = cfg.advantage_estimator
             for group in optimizer.param_groups:
                 group["lr"] = cfg.td_learning_rate
-            batch = rollout.episode_update(update, [next_game() for _ in range(cfg.states_per_batch)])
+            games = [next_game() for _ in range(cfg.states_per_batch)]
+            batch = rollout.stage_update(update, games) if phase == "temporal_grpo" else rollout.episode_update(update, games)
         elif update < cfg.warmup_updates:
             phase = "warmup"
             batch = rollout.warmup_update(update, [next_game() for _ in range(cfg.warmup_games_per_batch)])
@@ -231,7 +232,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             "throughput/train_tokens_per_s": train_metrics.get("train/tokens", 0.0) / max(train_seconds, 1e-9),
         })
         log.log(metrics)
-        if phase == "grpo":
+        if cfg.episode_estimator:
             bar.set_postfix(phase=phase, success=f"{metrics['rollout/success_rate']:.2f}")
         else:
             bar.set_postfix(phase=phase, err=f"{metrics['critic/abs_error_mean']:.3f}",

@@ -27,6 +27,10 @@ class Env(Protocol):
 
     ``supports_snapshot`` tells the state-restore code whether ``snapshot``/``restore`` exist;
     environments without them are restored by replaying their action history.
+
+    Optional, for Temporal GRPO: ``stage_count`` (int) and ``stages_completed() -> int``, an ordered
+    chain of milestones read from the privileged state, each stable once reached, the last one the
+    win (``has_stages`` tells whether an environment has them).
     """
 
     supports_snapshot: bool
@@ -53,6 +57,11 @@ class Env(Protocol):
     def snapshot(self) -> Any: ...
 
     def restore(self, snapshot: Any) -> None: ...
+
+
+def has_stages(env: Any) -> bool:
+    """Whether ``env`` reports milestones (``stage_count`` and ``stages_completed``) for Temporal GRPO."""
+    return hasattr(env, "stage_count") and callable(getattr(env, "stages_completed", None))
 
 
 ACTION_LIST_MARKER = "Actions:"

@@ -267,6 +267,19 @@ class VaultChainEnv:
         total = steps + later
         return f"{head} Plan: {here}{then} ({total} step{'s' if total > 1 else ''})."
 
+    @property
+    def stage_count(self) -> int:
+        """Milestones of the game (Temporal GRPO's stages): per vault i, "holds the key that opens
+        vault i", then "vault i is open"; the last one is the win."""
+        return 2 * len(self.game.vaults)
+
+    def stages_completed(self) -> int:
+        """How many of the milestones in order hold now (stable: a taken key stays held until its
+        vault opens, and an open vault stays open); from the privileged state, never shown to the actor."""
+        if self._won:
+            return self.stage_count
+        return 2 * self._stage + int(self._held == self.vault.correct)
+
     def winnable(self) -> bool:
         """Whether some plan still wins from here (the decisive hidden fact)."""
         return not self.done and (self._held is None or self._held == self.vault.correct)

@@ -286,6 +286,14 @@ class VaultEnv:
                 )
         return StepResult(self._observation, reward, self._done, self._won, {"admissible": True})
 
+    stage_count: int = 2
+    """Milestones of the game (Temporal GRPO's stages): "holds the right key", then "the vault is open" (the win)."""
+
+    def stages_completed(self) -> int:
+        """How many of the two milestones hold now, from the privileged state (stable: the key stays held)."""
+        game = self._require_game()
+        return 2 if self._won else int(self._held == game.correct)
+
     def privileged_info(self) -> str:
         """The winning plan from the current state; for the critic only, never the actor."""
         game = self._require_game()

@@ -36,6 +36,7 @@ class RoundRecord:
     logprob_sum: float
     privileged_info: str | None  # None where no state was recorded (RolloutLimits.state_every)
     snapshot: Any
+    stages_completed: int | None = None  # milestones reached after this round (RolloutLimits.stages)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Branch:
     rounds: list[RoundRecord] = field(default_factory=list)
     stop_reason: str | None = None
     error: str = ""  # what the environment raised (stop reason ENV_ERROR)
+    stage_count: int | None = None  # the environment's milestones, when they are recorded (Temporal GRPO)
 
     @classmethod
     def from_state(cls, state: MacroState, env: Env, group: int) -> "Branch":
@@ -99,7 +101,25 @@ class Branch:
             snapshot=last.snapshot,
             prefix_logprob_sum=self.start.prefix_logprob_sum + sum(r.logprob_sum for r in done),
             policy_version=policy_version,
+            assistant_spans=self.start.assistant_spans + trained_spans(self.loss_mask, len(self.start.token_prefix),
+                                                                       last.prompt_length),
         )
+
+
+def trained_spans(mask: Sequence[int], start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The [a, b) ranges of consecutive 1s in ``mask[start:end]``, as indices of ``mask``."""
+    spans = []
+    i = start
+    while i < end:
+        if mask[i]:
+            j = i
+            while j < end and mask[j]:
+                j += 1
+            spans.append((i, j))
+            i = j
+        else:
+            i += 1
+    return tuple(spans)
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,7 @@ class RolloutLimits:
     max_trajectory_tokens: int
     max_assistant_tokens: int
     state_every: int = 1  # record privileged info and a snapshot only after episode rounds that are multiples of this
+    stages: bool = False  # record the environment's milestones after every round (Temporal GRPO)
 
 
 def fresh_state(env: Env, seed: int, protocol: ChatProtocol) -> MacroState:
@@ -182,6 +203,7 @@ def run_branches(
                     snapshot = branch.env.snapshot() if branch.env.supports_snapshot else None
                 else:
                     privileged_info, snapshot = None, None
+                stages = branch.env.stages_completed() if limits.stages else None
             except Exception as error:  # one broken environment must not end the update
                 branch.stop_reason, branch.error = ENV_ERROR, f"{type(error).__name__}: {error}"
                 continue
@@ -205,6 +227,7 @@ def run_branches(
                 logprob_sum=float(sum(completion.logprobs)),
                 privileged_info=privileged_info,
                 snapshot=snapshot,
+                stages_completed=stages,
             )
             branch.rounds.append(record)
             branch.stop_reason = _stop_reason(branch, record, limits)

@@ -31,3 +31,12 @@ class Sampler(Protocol):
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         """One completion per request, in request order. Repeat a request N times to fork N branches."""
         ...
+
+
+class PromptScorer(Protocol):
+    """What the prefix importance correction (``--prefix-is-clip``) needs besides ``generate``."""
+
+    def prompt_logprobs(self, prompts: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
+        """Per prompt, the log-prob of each token given the ones before it, under the same
+        (temperature-scaled) distribution ``generate`` samples from; entry 0 is 0.0."""
+        ...

@@ -35,24 +35,46 @@ def make_sample(
     tokens: Sequence[int],
     loss_mask: Sequence[int],
     logprobs: Sequence[float],
-    advantage: float,
+    advantage: float | Sequence[float],
     role: str,
     group: int,
     reward: float,
 ) -> TrainSample:
-    """Trim trailing context (it carries no loss) and broadcast the advantage to the trained tokens."""
+    """Trim trailing context (it carries no loss) and broadcast the advantage to the trained tokens.
+
+    ``advantage`` is one number for every trained token, or one per round: the i-th run of
+    consecutive trained tokens (the i-th completion of a multi-turn sequence) gets ``advantage[i]``.
+    """
     if not (len(tokens) == len(loss_mask) == len(logprobs)):
         raise ValueError("tokens, loss_mask and logprobs must have equal lengths")
     end = max((i + 1 for i, m in enumerate(loss_mask) if m), default=0)
     if end == 0:
         raise ValueError(f"{role} sample of group {group} has no trained tokens")
     mask = [int(m) for m in loss_mask[:end]]
+    if isinstance(advantage, (int, float)):
+        advantages = [float(advantage) if m else 0.0 for m in mask]
+    else:
+        advantages = per_run_values(mask, advantage)
     return TrainSample(
         tokens=list(tokens[:end]),
         loss_mask=mask,
         old_logprobs=[float(lp) if m else 0.0 for lp, m in zip(logprobs[:end], mask)],
-        advantages=[advantage if m else 0.0 for m in mask],
+        advantages=advantages,
         role=role,
         group=group,
         reward=reward,
     )
+
+
+def per_run_values(mask: Sequence[int], values: Sequence[float]) -> list[float]:
+    """``values[i]`` on every position of the i-th run of 1s in ``mask``, 0.0 elsewhere; one value per run."""
+    starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
+    if len(starts) != len(values):
+        raise ValueError(f"{len(values)} per-round advantages for {len(starts)} completions")
+    out: list[float] = []
+    run = -1
+    for i, m in enumerate(mask):
+        if m and (i == 0 or not mask[i - 1]):
+            run += 1
+        out.append(float(values[run]) if m else 0.0)
+    return out

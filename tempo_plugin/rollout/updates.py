@@ -21,6 +21,7 @@ A runtime supplies the Sampler and applies the returned training samples.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -31,9 +32,9 @@ from typing import Callable, Sequence
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.stats import mean, pearson
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
-from tempo_plugin.config import TempoConfig
+from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
-from tempo_plugin.envs.base import Env
+from tempo_plugin.envs.base import Env, has_stages
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
@@ -89,6 +90,9 @@ class TempoRollout:
 
     def __post_init__(self) -> None:
         self.envs = EnvPool(self.make_env)  # every branch of the run reuses these (envs/pool.py)
+        if self.cfg.prefix_is_clip > 0 and not callable(getattr(self.sampler, "prompt_logprobs", None)):
+            raise ConfigError(f"--prefix-is-clip needs a sampler that scores prompts (prompt_logprobs); "
+                              f"{type(self.sampler).__name__} does not: pass --prefix-is-clip 0")
 
     @property
     def params(self) -> SamplingParams:
@@ -259,6 +263,54 @@ class TempoRollout:
             if branch.stop_reason != ENV_ERROR:
                 self.envs.release(branch.env, branch.start.env_seed)
 
+    def prefix_weights(self, update: int, states: Sequence[MacroState]) -> tuple[list[float], dict[str, float]]:
+        """The prefix importance weight of each start state (``algorithms.importance``) and the is/*
+        metrics; all 1 (and no metrics) without --prefix-is-clip.
+
+        A stored state's prefix holds assistant tokens sampled by earlier policies: L_old(s) is the
+        sum of their sampler log-probs, saved with the state; L_cur(s) the same tokens' log-probs
+        under the sampler's current policy (one prefill per state, ``prompt_logprobs``). Then
+        w~ = min(exp(L_cur - L_old), C), zeroed for states more than --prefix-is-max-staleness
+        updates old, optionally divided by the batch mean. A fresh game has no assistant tokens: w = 1.
+        """
+        cfg = self.cfg
+        weights = [1.0] * len(states)
+        if cfg.prefix_is_clip <= 0:
+            return weights, {}
+        # torch only here: slime imports this module in processes that must not load it (hooks)
+        import torch
+
+        from tempo_plugin.algorithms.importance import (
+            importance_stats,
+            policy_staleness,
+            prefix_weights,
+            self_normalise,
+            stale_mask,
+        )
+
+        scored = [i for i, s in enumerate(states) if s.assistant_spans]
+        metrics = {"is/scored_states": float(len(scored))}
+        if not scored:
+            return weights, metrics
+        rows = self.sampler.prompt_logprobs([list(states[i].token_prefix) for i in scored], cfg.temperature)
+        l_cur = torch.tensor([sum(sum(row[a:b]) for a, b in states[i].assistant_spans) for i, row in zip(scored, rows)],
+                             dtype=torch.float64)
+        l_old = torch.tensor([states[i].prefix_logprob_sum for i in scored], dtype=torch.float64)
+        w = prefix_weights(l_cur, l_old, clip=cfg.prefix_is_clip)
+        staleness = policy_staleness([states[i].policy_version for i in scored], update)
+        if cfg.prefix_is_max_staleness >= 0:
+            keep = stale_mask([states[i].policy_version for i in scored], update, cfg.prefix_is_max_staleness)
+            w = w * keep
+            metrics["is/stale_states"] = float((~keep).sum())
+        if cfg.prefix_is_normalise:
+            w = self_normalise(w)
+        stats = importance_stats(l_cur, l_old, w, cfg.prefix_is_clip, staleness)
+        for i, weight in zip(scored, w.tolist()):
+            weights[i] = weight
+        metrics.update({"is/log_w_mean": stats.log_w_mean, "is/log_w_max": stats.log_w_max, "is/clip_frac": stats.clip_frac,
+                        "is/ess": stats.ess, "is/staleness_mean": stats.staleness_mean, "is/weight_mean": mean(w.tolist())})
+        return weights, metrics
+
     def td_update(self, update: int, starts: Sequence[MacroState], next_game: Callable[[], int]) -> UpdateBatch:
         """``starts`` come from the store; the batch is topped up to states_per_batch with fresh games."""
         cfg = self.cfg
@@ -309,6 +361,7 @@ class TempoRollout:
         degenerate = []
         value_gaps = []
         dropped_groups = 0
+        weights, is_metrics = self.prefix_weights(update, start_states)
         for group, (full_group, start_call) in enumerate(zip(groups, start_calls)):
             branch_group = [b for b in full_group if b.stop_reason != ENV_ERROR
                             and (b.stop_reason != MACRO_BOUNDARY or id(b) in endpoint_value)]
@@ -325,6 +378,7 @@ class TempoRollout:
             degenerate.append(float(signals.degenerate))
             value_gaps.append(signals.zero_reward_value_std)
             for branch, advantage, ret in zip(branch_group, signals.advantages, signals.returns):
+                advantage *= weights[group]  # w~(s) (R_n - G(s)); 1 for a fresh game or without --prefix-is-clip
                 if abs(advantage) > ADVANTAGE_EPSILON:
                     samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, advantage, ACTOR, group, ret))
             if start_call.completions:
@@ -356,6 +410,7 @@ class TempoRollout:
             **self._critic_metrics(start_calls, targets),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
+            **is_metrics,
             **rollout_metrics(rounds),
             "train/actor_samples": float(sum(s.role == ACTOR for s in samples)),
             "train/critic_samples": float(sum(s.role == CRITIC for s in samples)),
@@ -387,11 +442,59 @@ class TempoRollout:
         ]
         groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games) - len(broken))]
         metrics = {
-            "rollout/success_rate": mean([float(b.won) for b in branches]),
-            "rollout/env_errors": float(env_errors),
-            "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
+            **episode_metrics(branches, env_errors),
             "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
-            **rollout_metrics([r for b in branches for r in b.rounds]),
+            "train/actor_samples": float(len(samples)),
+            "train/critic_samples": 0.0,
+            "time/rollout": rollout_seconds,
+            "time/critic": 0.0,
+        }
+        return UpdateBatch(samples=samples, metrics=metrics)
+
+    def stage_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
+        """Temporal GRPO (``algorithms.temporal_grpo``): N = --branches complete episodes of each game;
+        the environment's milestones (``stages_completed`` after every round) give each episode i
+        its stage outcomes R_ik and participation V_ik; A_ik = (R_ik - mu_k) / (sigma_k + eps) over
+        the game's participants of stage k; each round gets the advantage of the stage it worked on,
+        less c for a round whose action the environment did not accept (as in GRPO's R'_i)."""
+        from tempo_plugin.algorithms.temporal_grpo import (  # torch: imported on use (see prefix_weights)
+            participation_from_outcomes,
+            round_advantages,
+            stage_advantages,
+            stage_of_rounds,
+        )
+
+        cfg = self.cfg
+        tic = time.perf_counter()
+        branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches,
+                                      stages=True)
+        rollout_seconds = time.perf_counter() - tic
+        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}
+        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
+        branches = [b for b in branches if b.group not in broken]
+        samples: list[TrainSample] = []
+        degenerate: list[float] = []
+        entered: list[float] = []
+        for g in sorted({b.group for b in branches}):
+            group = [b for b in branches if b.group == g]
+            count = group[0].stage_count
+            completions = [episode_stage_completions(b, count) for b in group]
+            outcomes = [[int(c is not None) for c in row] for row in completions]
+            participation = participation_from_outcomes(outcomes)
+            table = stage_advantages(outcomes, participation)
+            degenerate.append(float(bool((table.abs() <= ADVANTAGE_EPSILON).all())))
+            entered.append(float(participation.sum()) / len(group))
+            for branch, row, adv_row in zip(group, completions, table):
+                per_round = round_advantages(stage_of_rounds(row, len(branch.rounds)), adv_row)
+                per_round = [a - cfg.invalid_action_penalty * (not r.admissible) for a, r in zip(per_round, branch.rounds)]
+                if any(abs(a) > ADVANTAGE_EPSILON for a in per_round):
+                    samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, per_round, ACTOR,
+                                               branch.group, branch.segment_reward))
+        metrics = {
+            **episode_metrics(branches, env_errors),
+            "actor/degenerate_group_rate": mean(degenerate),
+            "stages/entered_mean": mean(entered),
+            "stages/completed_mean": mean([float(b.rounds[-1].stages_completed or 0) for b in branches if b.rounds]),
             "train/actor_samples": float(len(samples)),
             "train/critic_samples": 0.0,
             "time/rollout": rollout_seconds,
@@ -401,13 +504,21 @@ class TempoRollout:
 
     # -- evaluation -----------------------------------------------------------------------------------
 
-    def play_episodes(self, games: Sequence[int], seed: int, episodes_per_game: int = 1) -> list[Branch]:
-        """Complete episodes from fresh games; the episodes of game i form group i."""
+    def play_episodes(self, games: Sequence[int], seed: int, episodes_per_game: int = 1, stages: bool = False) -> list[Branch]:
+        """Complete episodes from fresh games; the episodes of game i form group i. ``stages``
+        records the environment's milestones after every round."""
         branches = [
             b for group, game in enumerate(games)
             for b in self._restore_group(self._fresh_state(game), group, episodes_per_game)
         ]
-        run_branches(branches, self.sampler, self.protocol, self.params, self._limits(self.cfg.max_episode_steps), seed)
+        if stages:
+            for branch in branches:
+                if not has_stages(branch.env):
+                    raise ConfigError(f"--env {self.cfg.env} reports no milestones (stage_count, stages_completed), "
+                                      "which Temporal GRPO needs: use vaults or vault")
+                branch.stage_count = branch.env.stage_count
+        limits = dataclasses.replace(self._limits(self.cfg.max_episode_steps), stages=stages)
+        run_branches(branches, self.sampler, self.protocol, self.params, limits, seed)
         self._release(branches)
         return branches
 
@@ -420,6 +531,28 @@ def shaped_episode_return(branch: Branch, penalty: float) -> float:
     """R'_i = R_i - c u_i: an episode's return less the invalid-action penalty, what multi-turn GRPO
     centres on both runtimes."""
     return branch.segment_reward - penalty * branch.unaccepted_actions
+
+
+def episode_stage_completions(branch: Branch, stage_count: int) -> list[int | None]:
+    """For each of the ``stage_count`` milestones, the round whose action first reached it (None if
+    never): milestones are cumulative, so stage k is reached when ``stages_completed`` > k."""
+    completions: list[int | None] = [None] * stage_count
+    for r, record in enumerate(branch.rounds):
+        reached = record.stages_completed or 0
+        for k in range(reached):
+            if completions[k] is None:
+                completions[k] = r
+    return completions
+
+
+def episode_metrics(branches: Sequence[Branch], env_errors: int) -> dict[str, float]:
+    """What an update of complete episodes (multi-turn GRPO, Temporal GRPO) reports about its rollouts."""
+    return {
+        "rollout/success_rate": mean([float(b.won) for b in branches]),
+        "rollout/env_errors": float(env_errors),
+        "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
+        **rollout_metrics([r for b in branches for r in b.rounds]),
+    }
 
 
 def rollout_metrics(rounds: Sequence) -> dict[str, float]:

@@ -14,8 +14,9 @@ class MacroState:
     where the environment supports it); ``observation`` is what the environment must show after
     restoring, compared character by character. Token side: ``token_prefix`` is the exact token
     sequence of the next actor prompt. ``prefix_logprob_sum`` is the sum of the sampler log-probs of
-    the assistant tokens in ``token_prefix`` (for a later prefix importance correction), produced by
-    the policy of update ``policy_version``.
+    the assistant tokens in ``token_prefix``, which lie at ``assistant_spans`` ([start, end) index
+    ranges, one per sampled completion), for the prefix importance correction; the last of them was
+    sampled in update ``policy_version``. A fresh game has no assistant tokens: sum 0, no spans.
     """
 
     env_seed: int
@@ -30,6 +31,7 @@ class MacroState:
     snapshot: Any = None
     prefix_logprob_sum: float = 0.0
     policy_version: int = 0
+    assistant_spans: tuple[tuple[int, int], ...] = ()
 
     def message_dicts(self) -> list[dict[str, str]]:
         return [{"role": role, "content": content} for role, content in self.messages]

@@ -84,9 +84,11 @@ def state_to_dict(state: MacroState) -> dict[str, Any]:
     """A MacroState as JSON-ready data; the environment snapshot (an env-internal object) is left out."""
     data = {f.name: getattr(state, f.name) for f in fields(state) if f.name != "snapshot"}
     data["messages"] = [list(m) for m in state.messages]
+    data["assistant_spans"] = [list(span) for span in state.assistant_spans]
     return data
 
 
 def state_from_dict(data: dict[str, Any]) -> MacroState:
     return MacroState(**{**data, "action_history": tuple(data["action_history"]), "token_prefix": tuple(data["token_prefix"]),
-                         "messages": tuple(tuple(m) for m in data["messages"])})
+                         "messages": tuple(tuple(m) for m in data["messages"]),
+                         "assistant_spans": tuple(tuple(span) for span in data.get("assistant_spans", ()))})

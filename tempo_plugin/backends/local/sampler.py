@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from tempo_plugin.backends.local.trainer import chunk_by_token_budget, pad_rows, token_logprobs
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 
@@ -64,6 +65,19 @@ class LocalSampler:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def prompt_logprobs(self, prompts: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
+        """Row i, entry j: log p(prompts[i][j] | prompts[i][:j]) under the temperature-scaled
+        distribution, as ``generate`` reports for sampled tokens; entry 0 is 0.0 (nothing predicts
+        it). The kept cache is left as it is."""
+        rows: list[list[float]] = []
+        for chunk in chunk_by_token_budget(list(prompts), len, self.max_batch_tokens):
+            input_ids = pad_rows(chunk, self.pad_id, torch.long, self.device)
+            attention = pad_rows([[1] * len(p) for p in chunk], 0, torch.long, self.device)
+            logprobs = token_logprobs(self.model, input_ids, attention, temperature)
+            rows += [logprobs[i, : len(p)].tolist() for i, p in enumerate(chunk)]
+        return rows
 
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         generator = torch.Generator(device=self.device)

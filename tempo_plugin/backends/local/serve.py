@@ -6,7 +6,9 @@ It serves the subset of SGLang's native API that slime's rollout uses: POST ``/g
 token-in ``input_ids`` (one list, or a list of lists), ``sampling_params`` (temperature, top_p,
 max_new_tokens, stop_token_ids) and ``return_logprob``; the answer carries ``text``, ``output_ids``
 and ``meta_info`` with ``output_token_logprobs`` ([logprob, token_id, None] per token),
-``finish_reason.type`` (stop or length), ``prompt_tokens`` and ``completion_tokens``. ``GET
+``finish_reason.type`` (stop or length), ``prompt_tokens`` and ``completion_tokens``. With
+``logprob_start_len`` (0) and ``max_new_tokens`` 0 it scores the prompt instead, as SGLang does:
+``meta_info.input_token_logprobs`` has [logprob, token_id, None] per prompt token, None for the first. ``GET
 /health`` answers 200. Requests that arrive together are batched into one sampler call, so
 concurrent branches share a forward pass (and the sampler's kept KV cache).
 """
@@ -33,6 +35,7 @@ class _Job:
     request: Request
     params: SamplingParams
     future: Future
+    score: bool = False  # the prompt's token log-probs (prompt_logprobs) instead of a completion
 
 
 class BatchingWorker:
@@ -45,10 +48,17 @@ class BatchingWorker:
         self._calls = seed
         threading.Thread(target=self._run, daemon=True).start()
 
-    def submit(self, request: Request, params: SamplingParams) -> Future:
+    def submit(self, request: Request, params: SamplingParams, score: bool = False) -> Future:
         future: Future = Future()
-        self._jobs.put(_Job(request, params, future))
+        self._jobs.put(_Job(request, params, future, score))
         return future
+
+    def _score(self, jobs: list[_Job]) -> None:
+        for job in jobs:
+            try:
+                job.future.set_result(self.sampler.prompt_logprobs([job.request.prompt_ids], job.params.temperature)[0])
+            except Exception as error:
+                job.future.set_exception(error)
 
     def _run(self) -> None:
         while True:
@@ -58,9 +68,11 @@ class BatchingWorker:
                     batch.append(self._jobs.get(timeout=BATCH_WINDOW_S))
                 except queue.Empty:
                     break
+            self._score([job for job in batch if job.score])
             by_params: dict[SamplingParams, list[_Job]] = {}
             for job in batch:
-                by_params.setdefault(job.params, []).append(job)
+                if not job.score:
+                    by_params.setdefault(job.params, []).append(job)
             for params, jobs in by_params.items():
                 self._calls += 1
                 try:
@@ -79,6 +91,21 @@ class BatchingWorker:
                     continue
                 for job, completion in zip(jobs, completions):
                     job.future.set_result(completion)
+
+
+def sglang_scored(prompt: list[int], logprobs: list[float]) -> dict[str, Any]:
+    """SGLang's answer to a scoring request: no completion, the prompt's token log-probs."""
+    return {
+        "text": "",
+        "output_ids": [],
+        "meta_info": {
+            "input_token_logprobs": [[None if i == 0 else lp, tok, None] for i, (lp, tok) in enumerate(zip(logprobs, prompt))],
+            "output_token_logprobs": [],
+            "finish_reason": {"type": "length"},
+            "prompt_tokens": len(prompt),
+            "completion_tokens": 0,
+        },
+    }
 
 
 def sglang_response(completion: Completion, prompt_tokens: int) -> dict[str, Any]:
@@ -132,7 +159,8 @@ def _token_ids(ids: Any, what: str, limits: ServerLimits) -> list[int]:
 
 
 def parse_generate(payload: Any, limits: ServerLimits = ServerLimits()) -> tuple[list[list[int]], SamplingParams, int, bool]:
-    """(prompts, params, max_new_tokens, batched) from a /generate body; BadRequest if malformed."""
+    """(prompts, params, max_new_tokens, batched) from a /generate body; BadRequest if malformed.
+    max_new_tokens 0 means: score the prompts (only with logprob_start_len 0 and return_logprob)."""
     if not isinstance(payload, dict):
         raise BadRequest(f"the body must be a JSON object, not {type(payload).__name__}")
     ids = payload.get("input_ids")
@@ -159,8 +187,14 @@ def parse_generate(payload: Any, limits: ServerLimits = ServerLimits()) -> tuple
     stops = sampling.get("stop_token_ids") or []
     params = SamplingParams(temperature, top_p, tuple(sorted(set(_token_ids(stops, "stop_token_ids", limits))) if stops else ()))
     max_new_tokens = sampling.get("max_new_tokens", 128)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= limits.max_new_tokens:
-        raise BadRequest(f"sampling_params.max_new_tokens must be an integer in [1, {limits.max_new_tokens}] (got {max_new_tokens!r})")
+    start = payload.get("logprob_start_len")
+    scoring = max_new_tokens == 0 and start is not None
+    if scoring and (isinstance(start, bool) or start != 0 or payload.get("return_logprob") is not True):
+        raise BadRequest("scoring a prompt (max_new_tokens 0) needs return_logprob true and logprob_start_len 0")
+    if not scoring and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                        or not 1 <= max_new_tokens <= limits.max_new_tokens):
+        raise BadRequest(f"sampling_params.max_new_tokens must be an integer in [1, {limits.max_new_tokens}], "
+                         f"or 0 with logprob_start_len 0 to score the prompt (got {max_new_tokens!r})")
     return prompts, params, max_new_tokens, batched
 
 
@@ -230,9 +264,11 @@ def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, st
                 return
             params = SamplingParams(params.temperature, params.top_p,
                                     tuple(sorted(set(params.stop_token_ids) | set(stop_token_ids))))
-            futures = [worker.submit(Request(p, max_new), params) for p in prompts]
+            scoring = max_new == 0
+            futures = [worker.submit(Request(p, max_new), params, score=scoring) for p in prompts]
             try:
-                outputs = [sglang_response(f.result(), len(p)) for f, p in zip(futures, prompts)]
+                outputs = [sglang_scored(p, f.result()) if scoring else sglang_response(f.result(), len(p))
+                           for f, p in zip(futures, prompts)]
             except Exception as error:  # a sampler failure is the server's fault
                 self._send(500, {"error": f"generation failed: {type(error).__name__}: {error}"})
                 return

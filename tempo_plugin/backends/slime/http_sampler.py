@@ -97,6 +97,29 @@ class HTTPSampler:
         )
         return request_json(request, self.timeout_s, self.max_retries, self.retry_delay_s, GenerationError)
 
+    def prompt_logprobs(self, prompts: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
+        """Each prompt's token log-probs from the server (``rollout.sampler.PromptScorer``): SGLang
+        scores a prompt given ``max_new_tokens`` 0, ``return_logprob`` and ``logprob_start_len`` 0,
+        answering ``meta_info.input_token_logprobs`` (None for the first token, here 0.0). The same
+        engine that sampled the tokens, as the prefix importance correction needs."""
+        def one(prompt: Sequence[int]) -> list[float]:
+            payload = {
+                "input_ids": list(prompt),
+                "sampling_params": {"temperature": temperature, "max_new_tokens": 0},
+                "return_logprob": True,
+                "logprob_start_len": 0,
+            }
+            triples = (self._post(payload).get("meta_info") or {}).get("input_token_logprobs")
+            if not isinstance(triples, list) or len(triples) != len(prompt):
+                raise GenerationError(f"scoring a {len(prompt)}-token prompt: meta_info.input_token_logprobs has "
+                                      f"{len(triples) if isinstance(triples, list) else 'no'} entries")
+            return [0.0 if t[0] is None else float(t[0]) for t in triples]
+
+        if not prompts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(prompts))) as pool:
+            return list(pool.map(one, prompts))
+
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         def one(indexed: tuple[int, Request]) -> Completion:
             index, request = indexed
