@@ -1,6 +1,7 @@
-"""TEMPO vs multi-turn GRPO on the built-in chain of vaults at an equal budget of environment steps.
+"""TEMPO (with and without the prefix importance correction), multi-turn GRPO and Temporal GRPO on
+the built-in chain of vaults at an equal budget of environment steps.
 
-    .venv/bin/python bench/credit.py [--seeds 0 1 2] [--env-steps 5000] [--eval-games 64] [--out bench/results/credit]
+    .venv/bin/python bench/credit.py [--seeds 0 1 2] [--env-steps 5000] [--eval-games 64] [--jobs 2] [--out bench/results/credit]
 
 For each method and seed it runs ``python -m tempo_plugin.train`` (the same tiny bootstrapped model
 per seed for both methods) until the rollouts have taken ``--env-steps`` environment steps (warm-up
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,14 +37,30 @@ from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, read_metrics  # noqa: 
 
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", "--eval-every", "6"],
+    "TEMPO + prefix IS": ["--advantage-estimator", "tempo", "--prefix-is-clip", "2.0", "--eval-every", "6"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo", "--eval-every", "3"],
+    "Temporal GRPO": ["--advantage-estimator", "temporal_grpo", "--eval-every", "3"],
 }
 """Method -> its trainer arguments (defaults otherwise). Evaluations are spaced about equally in
 environment steps: a GRPO update plays S games x N complete episodes, about twice a TD update's steps."""
 
 
+BUILD_BOOTSTRAP = (
+    "import sys\n"
+    "from tempo_plugin.backends.local.model import load_policy, resolve_device\n"
+    "from tempo_plugin.config import parse_config\n"
+    "load_policy(parse_config(['--seed', *sys.argv[1:]]), resolve_device('cpu'))\n"
+)
+"""Builds (or finds) the cached bootstrapped tiny model of a seed, so parallel runs do not race to build it."""
+
+
+def run_slug(name: str) -> str:
+    """A method's folder name: "TEMPO + prefix IS" -> "tempo-prefix-is"."""
+    return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
+
+
 def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
-    out = Path(args.out) / f"{name.split()[0].lower()}-seed{seed}"
+    out = Path(args.out) / f"{run_slug(name)}-seed{seed}"
     if (out / "summary.json").is_file():
         print(f"{name} seed {seed}: done before, reading {out}", flush=True)
         return out
@@ -54,8 +73,10 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
                "--out", str(out), *args.extra]
     print(f"{name} seed {seed}: {' '.join(command[1:])}", flush=True)
     tic = time.perf_counter()
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     with open(out.parent / f"{out.name}.log", "w") as log:
-        subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
+                       env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     print(f"{name} seed {seed}: {time.perf_counter() - tic:.0f} s", flush=True)
     return out
 
@@ -150,6 +171,9 @@ def main() -> None:
     parser.add_argument("--eval-games", type=int, default=64)
     parser.add_argument("--out", default="bench/results/credit")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at a time, each with cores/jobs torch threads (the tiny model gains little from a second thread)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per run (default: cores / jobs)")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plot from finished runs")
     parser.add_argument("extra", nargs="*", help="more trainer arguments for every run (after --)")
     args = parser.parse_args()
@@ -158,9 +182,14 @@ def main() -> None:
     for seed in args.seeds:
         for method in args.methods:
             if args.report_only:
-                runs[method][seed] = Path(args.out) / f"{method.split()[0].lower()}-seed{seed}"
-            else:
-                runs[method][seed] = run_one(method, seed, args)
+                runs[method][seed] = Path(args.out) / f"{run_slug(method)}-seed{seed}"
+    if not args.report_only:
+        for seed in args.seeds:  # one bootstrap per seed, built before runs share it
+            subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed), *args.extra], cwd=ROOT, check=True)
+        jobs = [(method, seed) for seed in args.seeds for method in args.methods]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for (method, seed), out in zip(jobs, pool.map(lambda job: run_one(*job, args), jobs)):
+                runs[method][seed] = out
     report(runs, args)
 
 

@@ -289,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.resume:
                 raise ConfigError("--resume needs --out DIR naming the run to continue")
             cfg.out = f"runs/{cfg.advantage_estimator}-{time.strftime('%Y%m%d-%H%M%S')}"
-        torch.set_num_threads(max(1, min(os.cpu_count() or 1, 16)))
+        # OMP_NUM_THREADS when set (e.g. 1 per run when several runs share a few cores), else all cores up to 16
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else max(1, min(os.cpu_count() or 1, 16)))
         if cfg.multi_turn:
             run(cfg)
         else:

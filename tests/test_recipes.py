@@ -7,6 +7,7 @@ The ``--dry-run`` output is parsed back with shlex, as a user would paste it int
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
@@ -22,12 +23,23 @@ SCRIPTS = REPO / "scripts"
 RECIPES = {
     "qwen3-4B/tempo.sh": {"model": "4B", "algorithm": "tempo"},
     "qwen3-4B/grpo.sh": {"model": "4B", "algorithm": "grpo"},
+    "qwen3-4B/temporal_grpo.sh": {"model": "4B", "algorithm": "temporal_grpo"},
     "qwen3-8B/tempo.sh": {"model": "8B", "algorithm": "tempo"},
     "qwen3-8B/grpo.sh": {"model": "8B", "algorithm": "grpo"},
+    "qwen3-8B/temporal_grpo.sh": {"model": "8B", "algorithm": "temporal_grpo"},
 }
 ROLLOUT_FUNCTION = {
     "tempo": "tempo_plugin.backends.slime.rollout.generate_rollout",
     "grpo": "tempo_plugin.backends.slime.rollout.generate_grpo_rollout",
+    "temporal_grpo": "tempo_plugin.backends.slime.rollout.generate_temporal_grpo_rollout",
+}
+# The reward post-process and advantage hook of each tempo.yaml recipe (absent: slime's own).
+REWARD_POST_PROCESS = {
+    "tempo": "tempo_plugin.backends.slime.reward.post_process",
+    "temporal_grpo": "tempo_plugin.backends.slime.temporal_grpo.post_process",
+}
+ADVANTAGE_FUNCTION = {
+    "temporal_grpo": "tempo_plugin.backends.slime.temporal_grpo.advantages",
 }
 HIDDEN_SIZE = {"4B": "2560", "8B": "4096"}
 
@@ -240,10 +252,17 @@ def test_dry_run_train_arguments(recipe, stubs, setup):
     config = Path(value(args, "--custom-config-path"))
     assert config.is_absolute() and config.is_file()
     assert config == SCRIPTS / recipe.split("/")[0] / "tempo.yaml"
-    if algorithm == "tempo":
-        assert value(args, "--custom-reward-post-process-path") == "tempo_plugin.backends.slime.reward.post_process"
-    else:
-        assert "--custom-reward-post-process-path" not in args
+    for flag, hooks in (("--custom-reward-post-process-path", REWARD_POST_PROCESS),
+                        ("--custom-advantage-function-path", ADVANTAGE_FUNCTION)):
+        if algorithm in hooks:
+            assert value(args, flag) == hooks[algorithm]
+        else:
+            assert flag not in args
+    # every hook path names a function that exists (imported without slime, torch or GPUs)
+    for path in [value(args, "--rollout-function-path"), *(value(args, f) for f in (
+            "--custom-reward-post-process-path", "--custom-advantage-function-path") if f in args)]:
+        module, _, name = path.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name)), path
 
     assert value(args, "--global-batch-size") == "256"
     assert value(args, "--rollout-batch-size") == "32"
@@ -443,7 +462,7 @@ def test_tempo_yaml_holds_only_tempo_settings_and_fits_the_batch_sizes(model, st
     assert settings["env"] == "vaults" and settings["critic_samples"] == 8
 
     k = settings["critic_samples"]
-    for algorithm in ("tempo", "grpo"):
+    for algorithm in ROLLOUT_FUNCTION:
         result = run(f"{model}/{algorithm}.sh", stubs, "--dry-run", **setup)
         args = train_args(result.stdout, setup["SLIME_DIR"])
         s, n = int(value(args, "--rollout-batch-size")), int(value(args, "--n-samples-per-prompt"))
@@ -455,14 +474,18 @@ def test_tempo_yaml_holds_only_tempo_settings_and_fits_the_batch_sizes(model, st
 
 
 @pytest.mark.parametrize("model", ["qwen3-4B", "qwen3-8B"])
-def test_tempo_yaml_is_accepted_by_the_slime_settings(model, stubs, setup):
-    """The YAML and the recipe flags together, as tempo_plugin reads them inside slime."""
+@pytest.mark.parametrize("algorithm", sorted(ROLLOUT_FUNCTION))
+def test_tempo_yaml_is_accepted_by_the_slime_settings(model, algorithm, stubs, setup):
+    """The YAML and each recipe's flags together, as tempo_plugin reads them inside slime: the
+    settings (for Temporal GRPO, an environment with milestones) and every phase's sample count
+    divisible by --global-batch-size."""
     from types import SimpleNamespace
 
     from tempo_plugin.backends.slime import settings
 
-    result = run(f"{model}/tempo.sh", stubs, "--dry-run", **setup)
+    result = run(f"{model}/{algorithm}.sh", stubs, "--dry-run", **setup)
     args = train_args(result.stdout, setup["SLIME_DIR"])
+    function = value(args, "--rollout-function-path")
     namespace = SimpleNamespace(
         custom_config_path=value(args, "--custom-config-path"),
         rollout_batch_size=int(value(args, "--rollout-batch-size")),
@@ -471,10 +494,14 @@ def test_tempo_yaml_is_accepted_by_the_slime_settings(model, stubs, setup):
         rollout_top_p=1.0,  # slime's defaults
         seed=1234,
         num_rollout=int(value(args, "--num-rollout")),
+        rollout_function_path=function,
     )
     cfg = settings.tempo_config_from_args(namespace)
-    for function in ROLLOUT_FUNCTION.values():
-        settings.check_global_batch_size(int(value(args, "--global-batch-size")), settings.sample_counts(cfg, function))
+    counts = settings.sample_counts(cfg, function)
+    expected = {"tempo": {"warm-up": 32 * 8, "TD": 32 * (8 + 8)}, "grpo": {"GRPO episode": 32 * 8},
+                "temporal_grpo": {"Temporal GRPO episode": 32 * 8}}
+    assert counts == expected[algorithm]
+    settings.check_global_batch_size(int(value(args, "--global-batch-size")), counts)
 
 
 # ---------------------------------------------------------------- PPO / TPPO (prompt data)

@@ -9,7 +9,12 @@ SGLang router's ``/generate``; the state store lives in ``TempoDataSource``.
 ``generate_grpo_rollout``: the multi-turn GRPO baseline on the same environment: S games x N
 complete episodes, reward = episode return; slime's own GRPO normalisation groups them.
 
-With ``evaluation=True`` both play ``eval_games`` held-out games once each and return the success
+``generate_temporal_grpo_rollout``: Temporal GRPO (``TempoRollout.stage_update``): S games x N
+complete episodes; each sample carries its per-token stage advantages in its metadata (see
+``samples.TOKEN_ADVANTAGES``), reward = episode return (for logging); the update's degenerate
+episodes (all advantages ~0) are padding. Needs the hooks of ``temporal_grpo``.
+
+With ``evaluation=True`` all three play ``eval_games`` held-out games once each and return the success
 rate as slime's eval output, logged as ``eval/success_rate``.
 
 slime plots a rollout function's metrics against the rollout step only under its own prefixes
@@ -95,6 +100,25 @@ def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
         "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
         **rollout_metrics([r for b in branches for r in b.rounds]),
     }
+    return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
+
+
+def generate_temporal_grpo_rollout(args, rollout_id, data_source, evaluation=False):
+    source = _tempo_source(data_source)
+    types = slime_types()
+    if evaluation:
+        return evaluate(source, types)
+    cfg = source.cfg
+    rollout = source.rollout()
+    games = [source.next_game() for _ in range(cfg.states_per_batch)]
+    batch = rollout.stage_update(rollout_id, games)
+    count = episode_sample_count(cfg)
+    tokenizer = rollout.protocol.tokenizer
+    groups = slime_groups(
+        batch.samples, count, types.Sample, tokenizer.decode, _pad_token_id(tokenizer), first_index=rollout_id * count,
+        token_advantages=True,
+    )
+    metrics = {**batch.metrics, "train/removed_samples": float(count - len(batch.samples))}
     return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
 
 

@@ -12,6 +12,10 @@ A slime sample is ``tokens = prompt + response`` with ``response_length`` tokens
 - padding: two-token samples with ``remove_sample=True`` (slime zeroes their loss masks), all in one
   group after the real ones (one zero-std group in slime's counts, not one per padding sample),
   so a rollout always returns the same number of samples.
+- Temporal GRPO (``token_advantages=True``): the sample also carries its per-token advantages,
+  response part only (one per response token, 0 on context tokens), in
+  ``metadata[TOKEN_ADVANTAGES]``; a padding sample carries ``[0.0]``. The reward post-process of
+  ``temporal_grpo`` hands them to the actor as the sample's rewards.
 
 The ``Sample`` class is passed in: slime's own at run time, a stand-in with the same fields in
 tests where slime is not installed.
@@ -26,6 +30,8 @@ from tempo_plugin.rollout.samples import ACTOR, TrainSample
 
 PADDING = "padding"
 TRUNCATED_STOPS = ("trajectory_too_long",)
+TOKEN_ADVANTAGES = "tempo_token_advantages"
+"""``metadata`` key of a Temporal GRPO sample's per-response-token advantages."""
 
 
 def _slime_sample(
@@ -50,11 +56,19 @@ def _slime_sample(
     )
 
 
-def from_train_sample(sample: TrainSample, sample_cls: Any, index: int, decode: Callable[[list[int]], str]) -> Any:
+def from_train_sample(
+    sample: TrainSample,
+    sample_cls: Any,
+    index: int,
+    decode: Callable[[list[int]], str],
+    token_advantages: bool = False,
+) -> Any:
+    metadata: dict[str, Any] = {"tempo_role": sample.role}
+    if token_advantages:
+        metadata[TOKEN_ADVANTAGES] = [float(a) for a in sample.advantages[sample.prompt_length:]]
     return _slime_sample(
         sample_cls, 2 * sample.group + (0 if sample.role == ACTOR else 1), index, sample.tokens, sample.prompt_length,
-        sample.loss_mask, sample.old_logprobs, sample.reward, sample_cls.Status.COMPLETED,
-        {"tempo_role": sample.role}, decode,
+        sample.loss_mask, sample.old_logprobs, sample.reward, sample_cls.Status.COMPLETED, metadata, decode,
     )
 
 
@@ -69,7 +83,10 @@ def from_episode(branch: Branch, reward: float, sample_cls: Any, index: int, dec
     )
 
 
-def padding_sample(sample_cls: Any, group_index: int, index: int, token_id: int) -> Any:
+def padding_sample(sample_cls: Any, group_index: int, index: int, token_id: int, token_advantages: bool = False) -> Any:
+    metadata: dict[str, Any] = {"tempo_role": PADDING}
+    if token_advantages:
+        metadata[TOKEN_ADVANTAGES] = [0.0]
     return sample_cls(
         group_index=group_index,
         index=index,
@@ -81,7 +98,7 @@ def padding_sample(sample_cls: Any, group_index: int, index: int, token_id: int)
         reward=0.0,
         remove_sample=True,
         status=sample_cls.Status.COMPLETED,
-        metadata={"tempo_role": PADDING},
+        metadata=metadata,
     )
 
 
@@ -92,17 +109,19 @@ def slime_groups(
     decode: Callable[[list[int]], str],
     pad_token_id: int,
     first_index: int = 0,
+    token_advantages: bool = False,
 ) -> list[list[Any]]:
-    """Exactly ``count`` slime samples grouped by ``group_index``: the update's, then padding."""
+    """Exactly ``count`` slime samples grouped by ``group_index``: the update's, then padding.
+    ``token_advantages`` puts each sample's per-token advantages in its metadata (Temporal GRPO)."""
     if len(samples) > count:
         raise RuntimeError(f"the update produced {len(samples)} samples, more than the fixed layout of {count}")
     groups: dict[int, list[Any]] = {}
     for i, sample in enumerate(samples):
-        converted = from_train_sample(sample, sample_cls, first_index + i, decode)
+        converted = from_train_sample(sample, sample_cls, first_index + i, decode, token_advantages)
         groups.setdefault(converted.group_index, []).append(converted)
     first_padding_group = max(groups, default=-1) + 1
     padding = [
-        padding_sample(sample_cls, first_padding_group, first_index + len(samples) + j, pad_token_id)
+        padding_sample(sample_cls, first_padding_group, first_index + len(samples) + j, pad_token_id, token_advantages)
         for j in range(count - len(samples))
     ]
     return list(groups.values()) + ([padding] if padding else [])

@@ -12,6 +12,7 @@ N = ``--n-samples-per-prompt``, K = ``critic_samples``:
     warm-up rollout   S boundary states x K critic samples          = S * K
     TD rollout        S start states x (N branches + K critic)      = S * (N + K)
     GRPO baseline     S games x N complete episodes                 = S * N
+    Temporal GRPO     S games x N complete episodes                 = S * N
 
 Groups the update does not train (no learning signal, or a critic prompt too long) are filled with
 removed samples (``remove_sample=True``: loss mask 0), so every rollout has exactly this count.
@@ -56,6 +57,9 @@ SLIME_OWNED: dict[str, str] = {
 }
 """TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
 
+TEMPORAL_GRPO_ROLLOUT = ".generate_temporal_grpo_rollout"
+"""The end of the Temporal GRPO rollout function's dotted path (``rollout.generate_temporal_grpo_rollout``)."""
+
 
 def _from_slime_args(args: Any, warmup_updates: int) -> dict[str, Any]:
     return {
@@ -93,12 +97,27 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         )
     merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0)}
     try:
-        return TempoConfig.from_dict(merged, source=source)
+        cfg = TempoConfig.from_dict(merged, source=source)
     except ConfigError as error:
         message = str(error)
         for name, slime_flag in SLIME_OWNED.items():
             message = message.replace(flag(name), slime_flag)
         raise ConfigError(message) from None
+    if str(getattr(args, "rollout_function_path", "") or "").endswith(TEMPORAL_GRPO_ROLLOUT):
+        _check_milestones(cfg, source)
+    return cfg
+
+
+def _check_milestones(cfg: TempoConfig, source: str) -> None:
+    """Temporal GRPO reads the environment's milestones: refuse an environment without them at start-up."""
+    from tempo_plugin.envs import env_class
+    from tempo_plugin.envs.base import has_stages
+
+    if not has_stages(env_class(cfg.env)):
+        raise ConfigError(
+            f"{source}: env {cfg.env!r} reports no milestones (stage_count, stages_completed), which "
+            "generate_temporal_grpo_rollout needs: use vaults or vault"
+        )
 
 
 def warmup_sample_count(cfg: TempoConfig) -> int:
@@ -115,6 +134,8 @@ def episode_sample_count(cfg: TempoConfig) -> int:
 
 def sample_counts(cfg: TempoConfig, rollout_function_path: str) -> dict[str, int]:
     """Samples per rollout of each phase the configured rollout function runs."""
+    if rollout_function_path.endswith(TEMPORAL_GRPO_ROLLOUT):
+        return {"Temporal GRPO episode": episode_sample_count(cfg)}
     if rollout_function_path.endswith(".generate_grpo_rollout"):
         return {"GRPO episode": episode_sample_count(cfg)}
     return {"warm-up": warmup_sample_count(cfg), "TD": td_sample_count(cfg)}
