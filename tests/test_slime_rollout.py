@@ -33,7 +33,9 @@ def scripted_logprob(position: int) -> float:
 
 class ScriptedPolicy:
     """A deterministic stand-in for a trained model, served over HTTP: the critic writes a value
-    drawn from VALUES, the actor takes a random action from the last 'Actions:' list it was shown.
+    drawn from VALUES, the actor takes a random action from the last 'Actions:' list it was shown,
+    except "open vault": it wanders and takes keys, so no episode ends before T and every TD branch
+    reaches its macro-step boundary.
     The log-prob of the i-th generated token is scripted_logprob(i), so the test can trace them.
 
     Each draw is seeded by the prompt and by how often that prompt was asked before, so the
@@ -54,13 +56,14 @@ class ScriptedPolicy:
             if CRITIC_SYSTEM_PROMPT[:30] in prompt:
                 text = f"<value>{rng.choice(VALUES)}</value>"
             else:
-                actions = re.findall(r"Actions: ([^<\n]*)", prompt)[-1].split(", ")
+                actions = [a for a in re.findall(r"Actions: ([^<\n]*)", prompt)[-1].split(", ") if a != "open vault"]
                 text = f"<action>{rng.choice(actions)}</action>"
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.end]
             finish = "stop"
             if len(ids) > request.max_new_tokens:
                 ids, finish = ids[: request.max_new_tokens], "length"
-            out.append(Completion(ids, [scripted_logprob(i) for i in range(len(ids))], self.tokenizer.decode(ids), finish))
+            out.append(Completion(ids, [scripted_logprob(i) for i in range(len(ids))],
+                                  self.tokenizer.decode(ids, skip_special_tokens=True), finish))  # as SGLang returns it
         return out
 
 

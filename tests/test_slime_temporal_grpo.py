@@ -39,17 +39,6 @@ HAVE_SLIME = importlib.util.find_spec("slime") is not None
 needs_slime = pytest.mark.skipif(not HAVE_SLIME, reason="slime is not importable: put its source on PYTHONPATH")
 
 
-class ActingPolicy(ScriptedPolicy):
-    """ScriptedPolicy returning the completion text as SGLang does under ``skip_special_tokens``
-    (without the end token), so its random actions parse and complete a milestone now and then."""
-
-    def generate(self, requests, params, seed):
-        return [
-            dataclasses.replace(c, text=self.tokenizer.decode(c.token_ids, skip_special_tokens=True))
-            for c in super().generate(requests, params, seed)
-        ]
-
-
 def runs(mask):
     """(start, end) of each run of 1s in ``mask``: the policy's completions."""
     out, start = [], None
@@ -72,7 +61,7 @@ def test_rollout_carries_the_per_token_advantages_of_stage_update(
     from tempo_plugin.envs import env_factory
     from tempo_plugin.rollout.updates import TempoRollout
 
-    url = serve(ActingPolicy(tokenizer, protocol))
+    url = serve(ScriptedPolicy(tokenizer, protocol))
     args = slime_args(tmp_path, tokenizer_dir, url, rollout_function_path=FUNCTION)  # S = 2 games, N = 2 episodes
     source = TempoDataSource(args)
     assert episode_sample_count(source.cfg) == 4
@@ -127,7 +116,7 @@ def test_rollout_carries_the_per_token_advantages_of_stage_update(
     # episodes with the same advantages (matched by tokens: concurrent requests may reach the
     # server in another order, which can swap identical-prompt episodes within a game)
     cfg = source.cfg
-    local = TempoRollout(cfg, ActingPolicy(tokenizer, protocol), protocol,
+    local = TempoRollout(cfg, ScriptedPolicy(tokenizer, protocol), protocol,
                          env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data))
     for out, (update, games, _) in zip(outputs, calls):
         expected = sorted((tuple(s.tokens), s.advantages) for s in local.stage_update(update, games).samples)
@@ -141,7 +130,7 @@ def test_rollout_carries_the_per_token_advantages_of_stage_update(
 
 
 def test_evaluation_and_the_data_source_check(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
-    url = serve(ActingPolicy(tokenizer, protocol))
+    url = serve(ScriptedPolicy(tokenizer, protocol))
     args = slime_args(tmp_path, tokenizer_dir, url, rollout_function_path=FUNCTION)
     out = generate_temporal_grpo_rollout(args, 0, TempoDataSource(args), evaluation=True)
     data = out.data["success_rate"]  # slime logs it as eval/success_rate
@@ -374,7 +363,7 @@ def test_samples_through_slimes_train_data_path(tmp_path, tokenizer, protocol, t
     _split_train_data_by_dp): each rank gets its samples' per-token lists untouched, not tensorised."""
     from test_slime_train_data import SPLITS, check_conversion, check_split, run_slime, train_args
 
-    url = serve(ActingPolicy(tokenizer, protocol))
+    url = serve(ScriptedPolicy(tokenizer, protocol))
     args = slime_args(tmp_path, tokenizer_dir, url, rollout_function_path=FUNCTION)
     source = TempoDataSource(args)
     outputs = [generate_temporal_grpo_rollout(args, rollout_id, source) for rollout_id in range(2)]
