@@ -103,7 +103,10 @@ def force_action(state: MacroState, action: str, make_env: Callable[[], Env], pr
     parsed = parse_action(text)
     result = env.step(parsed)
     branch = Branch.from_state(state, env, group=0)
-    next_tokens, _ = protocol.extend(branch.tokens, completion, result.observation)
+    next_tokens, completion_end = protocol.extend(branch.tokens, completion, result.observation)
+    # as the engine marks a round: the forced completion is the assistant's (no sampler log-prob)
+    branch.loss_mask += [1] * len(completion) + [0] * (len(next_tokens) - completion_end)
+    branch.logprobs += [0.0] * (len(next_tokens) - len(branch.logprobs))
     record = RoundRecord(
         completion_text=text, action=parsed, observation=result.observation, reward=float(result.reward),
         done=result.done, won=result.won, parsed=parsed != INVALID_ACTION,
