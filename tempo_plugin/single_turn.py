@@ -72,11 +72,11 @@ class Response:
 
 
 def make_task(cfg: TempoConfig) -> Any:
-    from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
+    from tempo_plugin.backends.local.task_bootstrap import tiny_countdown
     from tempo_plugin.tasks import make_task as make_named_task
 
-    if cfg.task_name in TINY_TASKS and not cfg.model:
-        return TINY_TASKS[cfg.task_name].make()  # the variant the built-in tiny model is bootstrapped on
+    if cfg.task_name == "countdown" and not cfg.model:
+        return tiny_countdown()  # the variant the built-in tiny model is bootstrapped on
     return make_named_task(cfg.task_name)
 
 

@@ -1,4 +1,4 @@
-"""Single-turn reasoning tasks (Countdown, math, recall) for PPO / GRPO / TPPO training.
+"""Single-turn reasoning tasks (Countdown, math) for PPO / GRPO / TPPO training.
 
 Every task exposes the same small interface:
 
@@ -35,8 +35,7 @@ class Problem:
 
     ``prompt`` is the user text (without the system instruction), ``label`` the string given to the
     task's ``reward`` (and written as slime's ``--label-key label``), ``meta`` task-specific extras
-    (Countdown: numbers, target, a solution expression; math: source file and line; recall: the
-    symbols).
+    (Countdown: numbers, target, a solution expression; math: source file and line).
     """
 
     prompt: str
@@ -94,7 +93,6 @@ def jsonl_record(problem: Problem, system_prompt: str = SYSTEM_PROMPT) -> dict[s
 TASKS: dict[str, str] = {
     "countdown": "tempo_plugin.tasks.countdown:CountdownTask",
     "math": "tempo_plugin.tasks.math:MathTask",
-    "recall": "tempo_plugin.tasks.recall:RecallTask",
 }
 """Task name -> ``"module:Class"`` of its task class, imported on use (so that importing this package
 imports no task module, and ``python -m tempo_plugin.tasks.countdown`` runs cleanly); options of
@@ -117,13 +115,11 @@ def make_task(name: str, **options: Any) -> Task:
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy exports: ``from tempo_plugin.tasks import CountdownTask, MathTask, RecallTask``.
+    # Lazy exports: ``from tempo_plugin.tasks import CountdownTask, MathTask``.
     if name == "CountdownTask":
         return task_class("countdown")
     if name == "MathTask":
         return task_class("math")
-    if name == "RecallTask":
-        return task_class("recall")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -133,7 +129,6 @@ __all__ = [
     "CountdownTask",
     "MathTask",
     "Problem",
-    "RecallTask",
     "Task",
     "chat_messages",
     "extract_answer",

@@ -1,22 +1,14 @@
-"""Supervised bootstrap of the tiny model for single-turn tasks, like the vault's.
+"""Supervised bootstrap of the tiny model for single-turn tasks (Countdown), like the vault's.
 
-Each task the built-in tiny model supports has an entry in ``TINY_TASKS``: the small variant of the
-task it trains on, the noisy demonstration answer of a problem, and a version (part of the model
-cache key; bump it when that task's variant or demonstrations change). The demonstrations answer
-``<answer>...</answer>`` directly (no reasoning), and they are noisy on purpose, so the policy starts
-with a success rate well inside (0, 1), which is what RL has to raise and a critic can learn to
-predict.
+The tiny default Countdown is small enough for a 3M-parameter model to get partly right: three
+numbers from 1..9 and a target that two or three of them reach. The demonstrations answer
+``<answer>expr</answer>`` directly (no reasoning), and they are noisy on purpose, so the policy
+starts with a success rate well inside (0, 1) and varying across problems, which is what a critic
+can learn to predict:
 
-**countdown** (three numbers from 1..4, targets up to 16):
-
-- SOLVED (80%): the problem's own solution expression;
+- SOLVED (50%): the problem's own solution expression;
 - otherwise a random two-number expression from the problem's numbers (sometimes right by chance);
 - MALFORMED (10% of all): an answer without its closing tag, which the verifier scores 0.
-
-**recall** (4 to 7 digits): the digits in order, each replaced by one of the 9 other digits with
-probability RECALL_SLIP (a wrong step, visible where it happens); RECALL_MALFORMED of the answers
-lack their closing tag. A demonstration is right with probability
-``(1 - RECALL_SLIP)^L (1 - RECALL_MALFORMED)``: about 0.62 for L = 4 and 0.46 for L = 7.
 
 Demonstrations use problems from a seed disjoint from training and evaluation.
 """
@@ -24,20 +16,15 @@ Demonstrations use problems from a seed disjoint from training and evaluation.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from tempo_plugin.backends.local.bootstrap import Demo, backward_role_losses, supervised_steps
 from tempo_plugin.rollout.protocol import ChatProtocol
-from tempo_plugin.tasks import Problem
-from tempo_plugin.tasks.countdown import CountdownTask
-from tempo_plugin.tasks.recall import RecallTask
+from tempo_plugin.tasks.countdown import CountdownTask, parse_label
 
 DEMO_SEED = 3_000_000_000
 SOLVED = 0.8
 MALFORMED = 0.1
-RECALL_SLIP = 0.1
-RECALL_MALFORMED = 0.05
 ANSWER_TAGS = ["<answer>", "</answer>"]
 
 
@@ -46,13 +33,7 @@ def tiny_countdown() -> CountdownTask:
     return CountdownTask(min_numbers=3, max_numbers=3, max_number=4, max_target=16)
 
 
-def tiny_recall() -> RecallTask:
-    """The recall variant the built-in tiny model trains on (the task's defaults)."""
-    return RecallTask(min_length=4, max_length=7)
-
-
 def demo_response(numbers: list[int], solution: str, rng: random.Random) -> str:
-    """A noisy Countdown demonstration (see the module docstring)."""
     if rng.random() < SOLVED:
         expression = solution
     else:
@@ -63,74 +44,27 @@ def demo_response(numbers: list[int], solution: str, rng: random.Random) -> str:
     return f"<answer>{expression}</answer>"
 
 
-def countdown_demo(problem: Problem, rng: random.Random) -> str:
-    return demo_response(problem.meta["numbers"], problem.meta["solution"], rng)
-
-
-def recall_response(symbols: list[str], alphabet: str, rng: random.Random) -> str:
-    """A noisy recall demonstration: each symbol slips to another one of ``alphabet`` with
-    probability RECALL_SLIP; RECALL_MALFORMED of the answers lack the closing tag."""
-    steps = [rng.choice([a for a in alphabet if a != s]) if rng.random() < RECALL_SLIP else s for s in symbols]
-    body = " ".join(steps)
-    if rng.random() < RECALL_MALFORMED:
-        return f"<answer>{body}"
-    return f"<answer>{body}</answer>"
-
-
-def recall_demo(problem: Problem, rng: random.Random) -> str:
-    return recall_response(problem.meta["symbols"], tiny_recall().alphabet, rng)
-
-
-@dataclass(frozen=True)
-class TinyTask:
-    """What the tiny model's bootstrap needs of one task."""
-
-    make: Callable[[], Any]
-    """The task variant the tiny model trains on (what the single-turn loop then uses)."""
-    demo: Callable[[Problem, random.Random], str]
-    """A noisy demonstration answer to a problem of that variant."""
-    version: int
-    """Part of the tiny model's cache key: bump when ``make`` or ``demo`` change."""
-
-
-TINY_TASKS: dict[str, TinyTask] = {
-    "countdown": TinyTask(tiny_countdown, countdown_demo, version=1),
-    "recall": TinyTask(tiny_recall, recall_demo, version=1),
-}
-
-
-def tiny_task(name: str) -> TinyTask:
-    """The tiny-model entry of task ``name``; ValueError when the tiny model does not support it."""
-    try:
-        return TINY_TASKS[name]
-    except KeyError:
-        raise ValueError(f"the built-in tiny model is bootstrapped on {', '.join(sorted(TINY_TASKS))} only, "
-                         f"not {name!r}") from None
-
-
-def task_corpus(task: Any, demo: Callable[[Problem, random.Random], str], count: int = 2000) -> list[str]:
+def task_corpus(task: CountdownTask, count: int = 2000) -> list[str]:
     """Texts the tiny tokenizer is trained on: rendered prompts and demonstration answers."""
     rng = random.Random(1)
     texts = []
     for problem in task.generate(DEMO_SEED + 1, count):
         texts.append("".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in task.messages(problem)))
-        texts.append(demo(problem, rng) + "<|im_end|>\n")
+        texts.append(demo_response(problem.meta["numbers"], problem.meta["solution"], rng) + "<|im_end|>\n")
     return texts
 
 
-def task_demo(protocol: ChatProtocol, task: Any, demo: Callable[[Problem, random.Random], str], problem: Problem,
-              rng: random.Random) -> Demo:
-    """One demonstration: the rendered prompt (not trained) and the answer with its end token (trained)."""
+def task_demo(protocol: ChatProtocol, task: CountdownTask, problem, rng: random.Random) -> Demo:
     prompt = protocol.render_prompt(task.messages(problem))
-    completion = protocol.encode(demo(problem, rng)) + [protocol.tokenizer.eos_token_id]
+    numbers = parse_label(problem.label)[0]
+    completion = protocol.encode(demo_response(numbers, problem.meta["solution"], rng)) + [protocol.tokenizer.eos_token_id]
     return Demo(prompt + completion, [0] * len(prompt) + [1] * len(completion))
 
 
 def task_bootstrap(
     model,
     protocol: ChatProtocol,
-    task: Any,
-    demo: Callable[[Problem, random.Random], str],
+    task: CountdownTask,
     steps: int,
     seed: int,
     learning_rate: float = 2e-3,
@@ -144,7 +78,7 @@ def task_bootstrap(
     pad_id = protocol.tokenizer.pad_token_id
 
     def step_loss(step: int) -> float:
-        demos = [task_demo(protocol, task, demo, p, rng) for p in problems[step * per_step:(step + 1) * per_step]]
+        demos = [task_demo(protocol, task, p, rng) for p in problems[step * per_step:(step + 1) * per_step]]
         return backward_role_losses(model, [demos], pad_id, device)
 
     return supervised_steps(model, steps, learning_rate, step_loss, progress)
