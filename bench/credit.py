@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, read_metrics  # noqa: E402
+from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, mean_std, read_metrics  # noqa: E402
 
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", "--eval-every", "6"],
@@ -88,13 +88,6 @@ def eval_points(run: Path) -> list[tuple[float, float]]:
 
 def steps_to_reach(points: list[tuple[float, float]], level: float) -> float | None:
     return next((steps for steps, rate in points[1:] if rate >= level), None)
-
-
-def mean_std(values: list[float]) -> str:
-    if not values:
-        return "-"
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} +- {spread:.3f}"
 
 
 def report(runs: dict[str, dict[int, Path]], args: argparse.Namespace) -> None:

@@ -59,6 +59,7 @@ class TempoConfig:
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
     critic_learning_rate: float = field(default=1e-4, metadata={"help": "PPO/TPPO: AdamW learning rate of the separate critic model"})
+    critic_epochs: int = field(default=1, metadata={"help": "PPO/TPPO: critic optimiser steps on each sampled batch"})
     critic_init: str = field(default="zero", metadata={
         "help": "PPO/TPPO: critic head init, zero (V = 1/2 everywhere in TPPO) or small", "choices": ("zero", "small")})
     # environment / task
@@ -180,7 +181,7 @@ class TempoConfig:
                 raise ConfigError("--advantage-estimator temporal_grpo plays an environment (--env); drop --task")
             if not has_stages(env_class(self.env)):
                 raise ConfigError(f"--advantage-estimator temporal_grpo needs an environment with milestones; "
-                                  f"--env {self.env} has none (use vaults or vault)")
+                                  f"--env {self.env} has none (add stage_count and stages_completed to its class (tempo_plugin/envs/base.py))")
         if self.prefix_is_clip < 0:
             raise ConfigError(f"--prefix-is-clip must be >= 0 (0: no correction; got {self.prefix_is_clip})")
         if self.prefix_is_max_staleness < -1:
@@ -189,6 +190,8 @@ class TempoConfig:
             raise ConfigError(f"--critic-init must be zero or small (got {self.critic_init!r})")
         if not (0 <= self.gamma <= 1 and 0 <= self.lambd <= 1):
             raise ConfigError(f"--gamma and --lambd must be in [0, 1] (got {self.gamma}, {self.lambd})")
+        if self.critic_epochs < 1:
+            raise ConfigError(f"--critic-epochs must be >= 1 (got {self.critic_epochs})")
         if not self.critic_learning_rate > 0:
             raise ConfigError(f"--critic-learning-rate must be > 0 (got {self.critic_learning_rate})")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:

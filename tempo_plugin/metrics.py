@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -95,6 +96,16 @@ def last_quarter_mean(records: Iterable[dict[str, Any]], key: str, phase: str | 
 
 
 Row = tuple[str, str, "float | None", "float | None", "float | None"]
+
+
+def mean_std(values: Iterable[float | None]) -> str:
+    """``"mean +- std"`` (sample std, 0 for one value; Nones dropped; ``"-"`` when empty), the
+    benchmarks' over-seeds cell."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    spread = statistics.stdev(present) if len(present) > 1 else 0.0
+    return f"{statistics.fmean(present):.3f} +- {spread:.3f}"
 
 
 def summary_rows(

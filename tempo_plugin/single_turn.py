@@ -72,11 +72,11 @@ class Response:
 
 
 def make_task(cfg: TempoConfig) -> Any:
-    from tempo_plugin.backends.local.task_bootstrap import tiny_countdown
+    from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
     from tempo_plugin.tasks import make_task as make_named_task
 
-    if cfg.task_name == "countdown" and not cfg.model:
-        return tiny_countdown()  # the variant the built-in tiny model is bootstrapped on
+    if cfg.task_name in TINY_TASKS and not cfg.model:
+        return TINY_TASKS[cfg.task_name].make()  # the variant the built-in tiny model is bootstrapped on
     return make_named_task(cfg.task_name)
 
 
@@ -131,23 +131,27 @@ def micro_batches(responses: Sequence[Response], tokens_per_micro_batch: int) ->
 
 def critic_update(
     critic: ValueModel, optimizer: torch.optim.Optimizer, estimator: str, chunks: Sequence[Sequence[Response]],
-    returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float,
+    returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float, epochs: int = 1,
 ) -> float:
-    """One optimiser step on the critic loss (mean over all responses), accumulated chunk by chunk."""
+    """``epochs`` optimiser steps on the critic loss (mean over all responses), each accumulated chunk
+    by chunk; returns the loss of the first step (the critic's loss before this batch trained it)."""
     total = sum(len(chunk) for chunk in chunks)
     critic.train()
-    optimizer.zero_grad(set_to_none=True)
-    loss_value, start = 0.0, 0
-    for chunk in chunks:
-        outputs = critic_outputs(critic, chunk, pad_id)
-        loss = critic_loss(estimator, outputs, chunk, returns[start:start + len(chunk)]) * (len(chunk) / total)
-        loss.backward()
-        loss_value += loss.item()
-        start += len(chunk)
-    torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
-    optimizer.step()
+    first_loss = 0.0
+    for epoch in range(epochs):
+        optimizer.zero_grad(set_to_none=True)
+        loss_value, start = 0.0, 0
+        for chunk in chunks:
+            outputs = critic_outputs(critic, chunk, pad_id)
+            loss = critic_loss(estimator, outputs, chunk, returns[start:start + len(chunk)]) * (len(chunk) / total)
+            loss.backward()
+            loss_value += loss.item()
+            start += len(chunk)
+        torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
+        optimizer.step()
+        first_loss = loss_value if epoch == 0 else first_loss
     critic.eval()
-    return loss_value
+    return first_loss
 
 
 def explained_variance(values: Sequence[torch.Tensor], responses: Sequence[Response]) -> float | None:
@@ -243,7 +247,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             pairs = [gae(terminal_rewards(r, v), v, cfg.gamma, cfg.lambd) for r, v in zip(responses, values)]
             advantages = [a for a, _ in pairs]
             loss = critic_update(critic, critic_optimizer, cfg.advantage_estimator, chunks, [ret for _, ret in pairs],
-                                 tokenizer.pad_token_id, cfg.grad_clip)
+                                 tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs)
             metrics["critic/explained_variance"] = explained_variance(values, responses)
             metrics["critic/value_mean"] = torch.cat(values).mean().item()
             metrics["critic/bce" if cfg.advantage_estimator == "tppo" else "critic/mse"] = loss

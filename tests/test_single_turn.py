@@ -141,3 +141,27 @@ def test_micro_batched_critic_update_equals_one_batch(tiny_model):
     for p, q in zip(critic.parameters(), twin.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
     assert not torch.allclose(critic.head.weight, before)  # the step did move the critic
+
+
+def test_critic_epochs_are_repeated_steps_on_the_same_batch(tiny_model):
+    """--critic-epochs E: E optimiser steps on one batch, the same as E one-step updates in a row;
+    the reported loss is the first step's (before this batch trained the critic)."""
+    import copy
+
+    from tempo_plugin.single_turn import critic_update
+
+    torch.manual_seed(0)
+    critic = value_model_from_policy(tiny_model, init="small", std=0.05)
+    twin = copy.deepcopy(critic)
+    responses = [Response(i, [5, 6, 7], [20 + i] * (i + 1), [0.0] * (i + 1), "", float(i % 2)) for i in range(3)]
+    returns = [torch.full((len(r.response_ids),), r.reward) for r in responses]
+    twice = critic_update(critic, torch.optim.SGD(critic.parameters(), lr=0.01), "tppo", [responses], returns, 0, 1e9, epochs=2)
+    twin_optimizer = torch.optim.SGD(twin.parameters(), lr=0.01)
+    first = critic_update(twin, twin_optimizer, "tppo", [responses], returns, 0, 1e9)
+    second = critic_update(twin, twin_optimizer, "tppo", [responses], returns, 0, 1e9)
+    assert twice == pytest.approx(first, rel=1e-6)
+    assert second != pytest.approx(first)  # the second step starts from the critic the first step moved
+    for p, q in zip(critic.parameters(), twin.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+    with pytest.raises(Exception, match="--critic-epochs must be >= 1"):
+        TempoConfig(critic_epochs=0).validate()

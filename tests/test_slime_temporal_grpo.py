@@ -139,7 +139,9 @@ def test_evaluation_and_the_data_source_check(tmp_path, tokenizer, protocol, tok
         generate_temporal_grpo_rollout(args, 0, object())
 
 
-def test_settings_count_and_check_the_environment(tmp_path, tokenizer_dir):
+def test_settings_count_and_check_the_environment(tmp_path, tokenizer_dir, monkeypatch):
+    from tempo_plugin.envs import ENVS
+
     args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", rollout_function_path=FUNCTION,
                       global_batch_size=3)
     with pytest.raises(ConfigError, match="--global-batch-size 3 does not divide the 4 samples of a Temporal GRPO "
@@ -148,8 +150,9 @@ def test_settings_count_and_check_the_environment(tmp_path, tokenizer_dir):
     args.global_batch_size = 4
     assert sample_counts(TempoDataSource(args).cfg, FUNCTION) == {"Temporal GRPO episode": 4}
     # an environment without milestones is refused at start-up, in one line
-    args.custom_config_path = write_yaml(tmp_path / "tw.yaml", env="textworld")
-    with pytest.raises(ConfigError, match=r"env 'textworld' reports no milestones .* use vaults or vault$"):
+    monkeypatch.setitem(ENVS, "plain", "tempo_plugin.envs.base:StepResult")  # a class without milestones
+    args.custom_config_path = write_yaml(tmp_path / "plain.yaml", env="plain")
+    with pytest.raises(ConfigError, match=r"env 'plain' reports no milestones .* \(tempo_plugin/envs/base.py\)$"):
         TempoDataSource(args)
     args.rollout_function_path = "tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
     TempoDataSource(args)  # the plain GRPO baseline needs none

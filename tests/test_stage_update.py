@@ -128,9 +128,14 @@ def test_stage_advantages_credit_each_round_with_its_stage(tokenizer, protocol):
     assert batch.metrics["actor/degenerate_group_rate"] == 0.0
 
 
-def test_temporal_grpo_needs_an_environment_with_milestones():
-    with pytest.raises(ConfigError, match="--env textworld has none"):
-        TempoConfig(advantage_estimator="temporal_grpo", env="textworld").validate()
+def test_temporal_grpo_needs_an_environment_with_milestones(monkeypatch):
+    from tempo_plugin.envs import ENVS
+
+    monkeypatch.setitem(ENVS, "plain", "tempo_plugin.envs.base:StepResult")  # a class without milestones
+    with pytest.raises(ConfigError, match=r"--env plain has none \(add stage_count and stages_completed"):
+        TempoConfig(advantage_estimator="temporal_grpo", env="plain").validate()
+    for env in ("vaults", "vault", "textworld", "alfworld"):  # every registered environment has milestones
+        assert TempoConfig(advantage_estimator="temporal_grpo", env=env).validate().env == env
     with pytest.raises(ConfigError, match="drop --task"):
         TempoConfig(advantage_estimator="temporal_grpo", task="countdown").validate()
     assert TempoConfig(advantage_estimator="temporal_grpo").validate().total_updates == 32  # no warm-up

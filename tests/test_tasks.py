@@ -33,10 +33,11 @@ def answer(text: str) -> str:
 
 
 def test_registry_and_unknown_task():
-    assert set(TASKS) == {"countdown", "math"}
+    assert set(TASKS) == {"countdown", "math", "letters"}
     assert isinstance(make_task("countdown", min_numbers=3, max_numbers=3), CountdownTask)
     assert isinstance(make_task("math"), MathTask)
-    with pytest.raises(ValueError, match="known tasks: countdown, math"):
+    assert type(make_task("letters")).__name__ == "LettersTask"
+    with pytest.raises(ValueError, match="known tasks: countdown, letters, math"):
         make_task("chess")
 
 

@@ -28,6 +28,12 @@ Design:
   ALFWorld's ``AlfredExpert(expert_type="planner")`` uses) for a plan from the *current* state, so
   they stay right after the agent leaves the walkthrough. The plan is computed lazily and cached
   until the next step. Planning does not change the game state.
+- Milestones (Temporal GRPO): the subgoals of the planner's plan from the game's start, i.e. its
+  commands other than ``go to``/``look``/``examine``/``inventory`` (``base.plan_subgoals``),
+  counted once per game file and process; the last one is the win. ``stages_completed`` counts
+  the subgoals no longer in the plan from the current state (``base.plan_stages_completed``), so
+  it costs one planner call per step (cached, as for ``expert_plan``). The planner's start plan
+  is used rather than the game file's walkthrough so that the start state reports exactly 0.
 - TextWorld's ``PddlEnv.copy()`` is not implemented, so ``supports_snapshot`` is False: the state
   code restores by ``reset(seed)`` plus replaying the action history and checks the observation
   character by character. Replays are deterministic (the grammar has no random choices).
@@ -48,7 +54,13 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
+from tempo_plugin.envs.base import (
+    StepResult,
+    canonical_action,
+    plan_stage_count,
+    plan_stages_completed,
+    with_action_list,
+)
 
 INSTALL_HINT = "the alfworld environment needs: pip install -e .[alfworld]"
 
@@ -76,6 +88,8 @@ DOWNLOAD_COMMAND = "python -m tempo_plugin.envs.alfworld --download"
 
 _TASK_PATTERN = re.compile(r"Your task is to: (.*?)\.?\s*$", re.DOTALL)
 _OVER = "The game is over."
+_STAGE_COUNTS: dict[Path, int] = {}
+"""Milestones per game file (from its start plan), shared by the envs of a process."""
 
 
 # ---------------------------------------------------------------------- optional imports
@@ -305,6 +319,7 @@ class ALFWorldEnv:
         self._done: bool = False
         self._won: bool = False
         self._plan: Optional[list[str]] = None
+        self._stage_count: int = 1
 
     def __repr__(self) -> str:
         return (
@@ -398,6 +413,9 @@ class ALFWorldEnv:
         self._absorb(state)
         match = _TASK_PATTERN.search(self._feedback)
         self._task = match.group(1).strip() if match else ""
+        if game_file not in _STAGE_COUNTS:
+            _STAGE_COUNTS[game_file] = plan_stage_count(self._current_plan())
+        self._stage_count = _STAGE_COUNTS[game_file]
         self._observation = self._render()
         return self._observation
 
@@ -421,15 +439,34 @@ class ALFWorldEnv:
         self._observation = self._render()
         return StepResult(self._observation, reward, self._done, self._won, {"admissible": admissible})
 
+    def _current_plan(self) -> list[str]:
+        """A shortest plan from the current state (fast-downward), cached until the next step;
+        [] when the goal is unreachable."""
+        if self._plan is None:
+            engine = self._engine.unwrapped
+            self._plan = list(engine._pddl_state.replan(engine._entity_infos) or [])
+        return self._plan
+
     def expert_plan(self) -> list[str]:
         """A shortest plan from the current state (fast-downward); [] when over or unreachable."""
         self._require_game()
         if self._done:
             return []
-        if self._plan is None:
-            engine = self._engine.unwrapped
-            self._plan = list(engine._pddl_state.replan(engine._entity_infos) or [])
-        return list(self._plan)
+        return list(self._current_plan())
+
+    @property
+    def stage_count(self) -> int:
+        """Milestones of the current game (Temporal GRPO's stages): the subgoals of the planner's
+        plan from its start (at least 1); the last one is the win."""
+        self._require_game()
+        return self._stage_count
+
+    def stages_completed(self) -> int:
+        """Milestones reached in the current state: ``stage_count`` once won, else the start
+        plan's subgoals missing from the plan from here (0 when no plan reaches the goal); a
+        function of the game state, so replaying the same actions reports the same value."""
+        self._require_game()
+        return plan_stages_completed(self._stage_count, self._won, None if self._won else self._current_plan())
 
     def privileged_info(self) -> str:
         """The expert plan from the current state; for the critic only, never the actor."""

@@ -29,8 +29,9 @@ class Env(Protocol):
     environments without them are restored by replaying their action history.
 
     Optional, for Temporal GRPO: ``stage_count`` (int) and ``stages_completed() -> int``, an ordered
-    chain of milestones read from the privileged state, each stable once reached, the last one the
-    win (``has_stages`` tells whether an environment has them).
+    chain of milestones read from the privileged state, the last one the win; a milestone may be
+    lost again (TextWorld: dropping the key), Temporal GRPO counts the round that first reached it
+    (``has_stages`` tells whether an environment has them).
     """
 
     supports_snapshot: bool
@@ -62,6 +63,41 @@ class Env(Protocol):
 def has_stages(env: Any) -> bool:
     """Whether ``env`` reports milestones (``stage_count`` and ``stages_completed``) for Temporal GRPO."""
     return hasattr(env, "stage_count") and callable(getattr(env, "stages_completed", None))
+
+
+NAVIGATION_VERBS = frozenset({"go", "look", "examine", "inventory"})
+"""First words of the commands that move or look around without changing the world."""
+
+
+def plan_subgoals(plan: Sequence[str]) -> list[str]:
+    """The subgoals of a winning plan, in order: the milestones of the plan-based environments.
+
+    Rule: a subgoal is a command of the plan that changes the world, i.e. every command except the
+    pure navigation and looking ones, those whose first word is ``go`` (TextWorld's "go east",
+    ALFWorld's "go to fridge 1"), ``look``, ``examine`` or ``inventory``.
+    """
+    return [c for c in plan if canonical_action(c).partition(" ")[0] not in NAVIGATION_VERBS]
+
+
+def plan_stage_count(start_plan: Sequence[str] | None) -> int:
+    """Milestones of a game: the subgoals of its winning plan from the start, at least 1 (a plan
+    without subgoals, or no plan, has the win as its only milestone)."""
+    return max(1, len(plan_subgoals(start_plan or ())))
+
+
+def plan_stages_completed(stage_count: int, won: bool, remaining_plan: Sequence[str] | None) -> int:
+    """Milestones reached, from the winning plan that remains from the current state.
+
+    ``stage_count`` when won; otherwise ``stage_count`` less the subgoals still in the remaining
+    plan, clamped into [0, stage_count - 1]; 0 when no winning plan remains (None or empty: the
+    quest can no longer be completed, or the planner finds no way), since a state from which the
+    game cannot be won has reached none of the milestones on the way to the win.
+    """
+    if won:
+        return stage_count
+    if not remaining_plan:
+        return 0
+    return min(max(stage_count - len(plan_subgoals(remaining_plan)), 0), stage_count - 1)
 
 
 ACTION_LIST_MARKER = "Actions:"

@@ -27,6 +27,11 @@ Reward: 1.0 exactly on the step that wins the game, 0.0 otherwise (TextWorld's i
 points are reported in ``info["score"]`` but not rewarded), so a won episode returns exactly 1.0.
 An episode ends on a win, a loss, or after ``max_steps`` steps (admissible or not).
 
+Milestones (Temporal GRPO): the subgoals of the game's winning plan from the start, i.e. its
+commands other than ``go``/``look``/``examine``/``inventory`` (``base.plan_subgoals``); the last
+one is the win. ``stages_completed`` counts the subgoals no longer in the winning plan from the
+current state (``base.plan_stages_completed``), so it is a function of the logical state alone.
+
 ``import textworld`` happens only when an env is built or games are made, so this module imports
 without the optional extra.
 """
@@ -46,7 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
+from tempo_plugin.envs.base import (
+    StepResult,
+    canonical_action,
+    plan_stage_count,
+    plan_stages_completed,
+    with_action_list,
+)
 
 INSTALL_HINT = "the textworld environment needs: pip install -e .[textworld]"
 GAMES_ENV_VAR = "TEXTWORLD_GAMES"
@@ -203,6 +214,7 @@ class _Game:
         self.objective: str = " ".join(self.game.objective.split())
         self.max_score: int = int(self.game.max_score)
         self.initial_logic = self._logic(GameProgression(self.game, track_quests=True))
+        self.stage_count: int = plan_stage_count(self.initial_logic.plan)
         self.start_state: Any = None  # interpreter state after reset + tw-trace-actions
         self.start_text: str = ""
         self._cache: collections.OrderedDict[tuple[str, ...], _Logic] = collections.OrderedDict()
@@ -384,6 +396,20 @@ class TextWorldEnv:
         self._require_game()
         assert self._logic is not None
         return self._logic.score
+
+    @property
+    def stage_count(self) -> int:
+        """Milestones of the current game (Temporal GRPO's stages): the subgoals of its winning
+        plan from the start (at least 1); the last one is the win."""
+        return self._require_game().stage_count
+
+    def stages_completed(self) -> int:
+        """Milestones reached in the current state: ``stage_count`` once won, else the start
+        plan's subgoals missing from the winning plan from here (0 after a loss: no plan left);
+        read from the logical state, so a restored snapshot reports the same value."""
+        game = self._require_game()
+        assert self._logic is not None
+        return plan_stages_completed(game.stage_count, self._won, self._logic.plan)
 
     def _compose(self) -> str:
         if self._done:

@@ -515,7 +515,7 @@ class TempoRollout:
             for branch in branches:
                 if not has_stages(branch.env):
                     raise ConfigError(f"--env {self.cfg.env} reports no milestones (stage_count, stages_completed), "
-                                      "which Temporal GRPO needs: use vaults or vault")
+                                      "which Temporal GRPO needs: add stage_count and stages_completed to its class (tempo_plugin/envs/base.py)")
                 branch.stage_count = branch.env.stage_count
         limits = dataclasses.replace(self._limits(self.cfg.max_episode_steps), stages=stages)
         run_branches(branches, self.sampler, self.protocol, self.params, limits, seed)

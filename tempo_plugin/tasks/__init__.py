@@ -1,4 +1,4 @@
-"""Single-turn reasoning tasks (Countdown, math) for PPO / GRPO / TPPO training.
+"""Single-turn reasoning tasks (Countdown, math, letters) for PPO / GRPO / TPPO training.
 
 Every task exposes the same small interface:
 
@@ -35,7 +35,8 @@ class Problem:
 
     ``prompt`` is the user text (without the system instruction), ``label`` the string given to the
     task's ``reward`` (and written as slime's ``--label-key label``), ``meta`` task-specific extras
-    (Countdown: numbers, target, a solution expression; math: source file and line).
+    (Countdown: numbers, target, a solution expression; math: source file and line; letters: the
+    letters).
     """
 
     prompt: str
@@ -93,6 +94,7 @@ def jsonl_record(problem: Problem, system_prompt: str = SYSTEM_PROMPT) -> dict[s
 TASKS: dict[str, str] = {
     "countdown": "tempo_plugin.tasks.countdown:CountdownTask",
     "math": "tempo_plugin.tasks.math:MathTask",
+    "letters": "tempo_plugin.tasks.letters:LettersTask",
 }
 """Task name -> ``"module:Class"`` of its task class, imported on use (so that importing this package
 imports no task module, and ``python -m tempo_plugin.tasks.countdown`` runs cleanly); options of
@@ -115,11 +117,13 @@ def make_task(name: str, **options: Any) -> Task:
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy exports: ``from tempo_plugin.tasks import CountdownTask, MathTask``.
+    # Lazy exports: ``from tempo_plugin.tasks import CountdownTask, MathTask, LettersTask``.
     if name == "CountdownTask":
         return task_class("countdown")
     if name == "MathTask":
         return task_class("math")
+    if name == "LettersTask":
+        return task_class("letters")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -127,6 +131,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "TASKS",
     "CountdownTask",
+    "LettersTask",
     "MathTask",
     "Problem",
     "Task",

@@ -20,7 +20,7 @@ from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs import BUILT_IN
 
 TINY_VERSION = 9  # bump when the tiny model, its tokenizer or its bootstrap data change
-TINY_TASK_VERSION = 1  # the same for the single-turn (Countdown) tiny model
+TINY_TASK_VERSION = 2  # the same for the single-turn tiny models (per task: TINY_TASKS[task].version)
 TINY_ENV_VERSION = 1  # the same for the tiny model of the other environments (TextWorld, ALFWorld)
 
 
@@ -39,7 +39,10 @@ def tiny_cache_dir(cfg: TempoConfig) -> Path:
         if cfg.env not in BUILT_IN:
             what.update(env_data=str(Path(cfg.env_data).resolve()) if cfg.env_data else "", env_version=TINY_ENV_VERSION)
     else:
-        what = {"task": cfg.task_name, "task_version": TINY_TASK_VERSION}
+        from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
+
+        entry = TINY_TASKS.get(cfg.task_name)
+        what = {"task": cfg.task_name, "task_version": TINY_TASK_VERSION, "task_demo_version": entry.version if entry else 0}
     key = json.dumps({"v": TINY_VERSION, **what, "steps": cfg.bootstrap_steps, "seed": cfg.seed}, sort_keys=True)
     return root / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
@@ -70,18 +73,24 @@ def build_bootstrapped_tiny(
     from tempo_plugin.rollout.protocol import ChatProtocol
 
     single_turn = not cfg.multi_turn
-    if single_turn and cfg.task_name != "countdown":
-        raise ConfigError(f"the built-in tiny model is bootstrapped on Countdown only; pass --model DIR for --task {cfg.task_name}")
+    if single_turn:
+        from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
+
+        if cfg.task_name not in TINY_TASKS:
+            raise ConfigError(f"the built-in tiny model is bootstrapped on {', '.join(sorted(TINY_TASKS))} only; "
+                              f"pass --model DIR for --task {cfg.task_name}")
     cache = tiny_cache_dir(cfg)
     if (cache / "config.json").is_file():
         return load_pretrained(str(cache), device)
     torch.manual_seed(cfg.seed)
     if single_turn:
-        from tempo_plugin.backends.local.task_bootstrap import ANSWER_TAGS, task_bootstrap, task_corpus, tiny_countdown
+        from tempo_plugin.backends.local.task_bootstrap import ANSWER_TAGS, task_bootstrap, task_corpus, tiny_task
 
-        task = tiny_countdown()
-        corpus, tags = task_corpus(task), ANSWER_TAGS
-        bootstrap = lambda model, protocol: task_bootstrap(model, protocol, task, cfg.bootstrap_steps, cfg.seed, progress=progress)  # noqa: E731
+        entry = tiny_task(cfg.task_name)
+        task = entry.make()
+        corpus, tags = task_corpus(task, entry.demo), ANSWER_TAGS
+        bootstrap = lambda model, protocol: task_bootstrap(  # noqa: E731
+            model, protocol, task, entry.demo, cfg.bootstrap_steps, cfg.seed, progress=progress)
     elif cfg.env not in BUILT_IN:
         from tempo_plugin.backends.local.env_bootstrap import env_bootstrap, env_corpus
         from tempo_plugin.envs import env_factory

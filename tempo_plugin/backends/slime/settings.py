@@ -53,6 +53,7 @@ SLIME_OWNED: dict[str, str] = {
     "lambd": "--lambd",
     "critic_learning_rate": "the critic's lr in --megatron-config-path",
     "critic_init": "slime's critic construction",
+    "critic_epochs": "--num-steps-per-rollout (slime's critic takes the actor's optimiser steps per rollout)",
     "task": "--prompt-data and --custom-rm-path",
 }
 """TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
@@ -116,7 +117,7 @@ def _check_milestones(cfg: TempoConfig, source: str) -> None:
     if not has_stages(env_class(cfg.env)):
         raise ConfigError(
             f"{source}: env {cfg.env!r} reports no milestones (stage_count, stages_completed), which "
-            "generate_temporal_grpo_rollout needs: use vaults or vault"
+            "generate_temporal_grpo_rollout needs: add stage_count and stages_completed to its class (tempo_plugin/envs/base.py)"
         )
 
 
