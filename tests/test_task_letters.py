@@ -181,3 +181,16 @@ def test_tiny_bootstrap_accepts_letters(tmp_path, one_thread):
     assert isinstance(single_turn_task(cfg), LettersTask)  # the tiny variant the model was bootstrapped on
     with pytest.raises(ConfigError, match="countdown, letters only"):
         build_bootstrapped_tiny(TempoConfig(advantage_estimator="tppo", task="math", cache_dir=str(tmp_path)), torch.device("cpu"))
+
+
+def test_slime_reward_hook():
+    import asyncio
+    from types import SimpleNamespace
+
+    from tempo_plugin.backends.slime.rewards import letters_reward
+
+    good = SimpleNamespace(response="<answer> d e f g</answer>", label=LABEL)
+    bad = SimpleNamespace(response="<answer> d e F G</answer>", label=LABEL)
+    assert asyncio.run(letters_reward(None, good)) == 1.0
+    assert asyncio.run(letters_reward(None, bad)) == 0.0
+    assert asyncio.run(letters_reward(None, [good, bad, SimpleNamespace(response=None, label=LABEL)])) == [1.0, 0.0, 0.0]
