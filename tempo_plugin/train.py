@@ -42,6 +42,7 @@ from tempo_plugin.metrics import (
 )
 from tempo_plugin.rollout.games import eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
+from tempo_plugin.rollout.samples import CRITIC
 from tempo_plugin.rollout.updates import TempoRollout, start_states
 from tempo_plugin.states.store import StateStore
 from tempo_plugin.wandb_log import WandbRun
@@ -215,7 +216,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                 group["lr"] = cfg.td_learning_rate
             batch = rollout.td_update(update, start_states(store, cfg), next_game)
         train_tic = time.perf_counter()
-        train_metrics = trainer.step(batch.samples)
+        train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs)
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
         total_seconds = time.perf_counter() - tic
@@ -280,6 +281,17 @@ def warn_if_critic_collapsed(identical_rate: float, progress: Progress, update: 
               f"of the groups for {IDENTICAL_PATIENCE} updates; its critic advantages are 0 and it no longer learns "
               "(try a lower --learning-rate, more --critic-samples, or --temperature above 1)", file=sys.stderr, flush=True)
 
+
+
+def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:
+    """One update's training: the joint clipped step on all ``samples``, then ``critic_epochs - 1``
+    more clipped steps on the critic samples alone (same old log-probs, so the PPO ratio clip bounds
+    how far they move). Returns the joint step's metrics."""
+    metrics = trainer.step(samples)
+    critic_only = [s for s in samples if s.role == CRITIC]
+    for _ in range(critic_epochs - 1 if critic_only else 0):
+        trainer.step(critic_only)
+    return metrics
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv

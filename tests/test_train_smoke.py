@@ -69,3 +69,34 @@ def test_a_local_hugging_face_model_directory_runs_without_bootstrap(tmp_path, t
     assert phases == ["eval", "warmup", "td", "eval"]
     assert main(["--model", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
     assert "--model" in capsys.readouterr().err
+
+
+
+def test_critic_epochs_add_steps_on_the_critic_samples_alone():
+    """train_step with critic_epochs 3: the joint step on all samples, then 2 steps on the critic
+    samples alone; no critic samples (GRPO batches): the joint step only."""
+    from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample
+    from tempo_plugin.train import train_step
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def step(self, samples):
+            self.calls.append([s.group for s in samples])
+            return {"train/loss": float(len(self.calls))}
+
+    def sample(role, group):
+        return TrainSample(tokens=[1, 2], loss_mask=[0, 1], old_logprobs=[0.0, -1.0], advantages=[0.0, 1.0],
+                           role=role, group=group, reward=0.0)
+
+    batch = [sample(ACTOR, 0), sample(CRITIC, 1), sample(ACTOR, 2), sample(CRITIC, 3)]
+    trainer = Recorder()
+    assert train_step(trainer, batch, critic_epochs=3) == {"train/loss": 1.0}  # the joint step's metrics
+    assert trainer.calls == [[0, 1, 2, 3], [1, 3], [1, 3]]
+    trainer = Recorder()
+    train_step(trainer, [sample(ACTOR, 0), sample(ACTOR, 1)], critic_epochs=3)
+    assert trainer.calls == [[0, 1]]
+    trainer = Recorder()
+    train_step(trainer, batch)  # the default: one joint step
+    assert trainer.calls == [[0, 1, 2, 3]]

@@ -53,7 +53,7 @@ SLIME_OWNED: dict[str, str] = {
     "lambd": "--lambd",
     "critic_learning_rate": "the critic's lr in --megatron-config-path",
     "critic_init": "slime's critic construction",
-    "critic_epochs": "--num-steps-per-rollout (slime's critic takes the actor's optimiser steps per rollout)",
+    "critic_epochs": "--num-steps-per-rollout (critic samples share the actor's optimiser steps)",
     "task": "--prompt-data and --custom-rm-path",
 }
 """TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
