@@ -59,9 +59,9 @@ class TempoConfig:
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
     critic_learning_rate: float = field(default=1e-4, metadata={"help": "PPO/TPPO: AdamW learning rate of the separate critic model"})
-    critic_epochs: int = field(default=1, metadata={
-        "help": "critic optimiser steps per update: PPO/TPPO on the critic's batch; TEMPO: the joint step, then "
-                "E - 1 more clipped steps on the critic samples alone"})
+    critic_epochs: int = field(default=3, metadata={
+        "help": "critic optimiser steps per update: PPO/TPPO on the critic's batch; TEMPO TD updates: the joint "
+                "step, then E - 1 more clipped steps on the critic samples alone (warm-up: 1)"})
     critic_init: str = field(default="zero", metadata={
         "help": "PPO/TPPO: critic head init, zero (V = 1/2 everywhere in TPPO) or small", "choices": ("zero", "small")})
     # environment / task
