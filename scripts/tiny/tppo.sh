@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# TPPO on the tiny letters task with the built-in tiny model, on CPU (about 9 minutes on 2 cores
-# with the first run's bootstrap, 6 once it is cached). Extra arguments go to the trainer and win, e.g.
+# TPPO on the tiny letters task with the built-in tiny model, on CPU (15-20 minutes measured with a
+# second run sharing the 2 cores, the first run's bootstrap included). Extra arguments go to the
+# trainer and win, e.g.
 #   bash scripts/tiny/tppo.sh --seed 1 --out runs/tppo-seed1
 #   bash scripts/tiny/tppo.sh --advantage-estimator ppo --out runs/ppo
 #   bash scripts/tiny/tppo.sh --advantage-estimator grpo
