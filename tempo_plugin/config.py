@@ -67,7 +67,7 @@ class TempoConfig:
     # environment / task
     env: str = field(default="vaults", metadata={"help": "environment (TEMPO, multi-turn GRPO): vaults (a chain of vaults), vault (one vault), textworld or alfworld"})
     env_data: str = field(default="", metadata={"help": "game directory for textworld/alfworld (default: $TEXTWORLD_GAMES / $ALFWORLD_DATA, else data/<env>)"})
-    task: str = field(default="", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown or math (ppo/tppo default: countdown)"})
+    task: str = field(default="", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown, math or letters (ppo/tppo default: countdown; scripts/tiny/tppo.sh: letters)"})
     # generation
     max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})
     max_assistant_tokens: int = field(default=12, metadata={"help": "token cap of one actor turn"})
