@@ -177,13 +177,13 @@ class TempoConfig:
             raise ConfigError(f"--advantage-estimator must be one of {', '.join(ESTIMATORS)} (got {self.advantage_estimator!r})")
         if self.advantage_estimator == "temporal_grpo":
             from tempo_plugin.envs import env_class
-            from tempo_plugin.envs.base import has_stages
+            from tempo_plugin.envs.base import MILESTONES_HINT, has_stages
 
             if self.task:
                 raise ConfigError("--advantage-estimator temporal_grpo plays an environment (--env); drop --task")
             if not has_stages(env_class(self.env)):
                 raise ConfigError(f"--advantage-estimator temporal_grpo needs an environment with milestones; "
-                                  f"--env {self.env} has none (add stage_count and stages_completed to its class (tempo_plugin/envs/base.py))")
+                                  f"--env {self.env} has none: {MILESTONES_HINT}")
         if self.prefix_is_clip < 0:
             raise ConfigError(f"--prefix-is-clip must be >= 0 (0: no correction; got {self.prefix_is_clip})")
         if self.prefix_is_max_staleness < -1:

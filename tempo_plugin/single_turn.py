@@ -129,29 +129,36 @@ def micro_batches(responses: Sequence[Response], tokens_per_micro_batch: int) ->
     return chunk_by_token_budget(responses, lambda r: len(r.prompt_ids) + len(r.response_ids), tokens_per_micro_batch)
 
 
+def critic_step(
+    critic: ValueModel, optimizer: torch.optim.Optimizer, estimator: str, chunks: Sequence[Sequence[Response]],
+    returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float,
+) -> float:
+    """One optimiser step on the critic loss (mean over all responses), accumulated chunk by chunk;
+    returns the loss before the step."""
+    total = sum(len(chunk) for chunk in chunks)
+    optimizer.zero_grad(set_to_none=True)
+    loss_value, start = 0.0, 0
+    for chunk in chunks:
+        outputs = critic_outputs(critic, chunk, pad_id)
+        loss = critic_loss(estimator, outputs, chunk, returns[start:start + len(chunk)]) * (len(chunk) / total)
+        loss.backward()
+        loss_value += loss.item()
+        start += len(chunk)
+    torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
+    optimizer.step()
+    return loss_value
+
+
 def critic_update(
     critic: ValueModel, optimizer: torch.optim.Optimizer, estimator: str, chunks: Sequence[Sequence[Response]],
     returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float, epochs: int = 1,
 ) -> float:
-    """``epochs`` optimiser steps on the critic loss (mean over all responses), each accumulated chunk
-    by chunk; returns the loss of the first step (the critic's loss before this batch trained it)."""
-    total = sum(len(chunk) for chunk in chunks)
+    """``epochs`` critic steps on one batch; returns the first step's loss (the critic's loss before
+    this batch trained it)."""
     critic.train()
-    first_loss = 0.0
-    for epoch in range(epochs):
-        optimizer.zero_grad(set_to_none=True)
-        loss_value, start = 0.0, 0
-        for chunk in chunks:
-            outputs = critic_outputs(critic, chunk, pad_id)
-            loss = critic_loss(estimator, outputs, chunk, returns[start:start + len(chunk)]) * (len(chunk) / total)
-            loss.backward()
-            loss_value += loss.item()
-            start += len(chunk)
-        torch.nn.utils.clip_grad_norm_(critic.parameters(), grad_clip)
-        optimizer.step()
-        first_loss = loss_value if epoch == 0 else first_loss
+    losses = [critic_step(critic, optimizer, estimator, chunks, returns, pad_id, grad_clip) for _ in range(epochs)]
     critic.eval()
-    return first_loss
+    return losses[0]
 
 
 def explained_variance(values: Sequence[torch.Tensor], responses: Sequence[Response]) -> float | None:

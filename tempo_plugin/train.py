@@ -284,7 +284,6 @@ def warn_if_critic_collapsed(identical_rate: float, progress: Progress, update: 
               "(try a lower --learning-rate, more --critic-samples, or --temperature above 1)", file=sys.stderr, flush=True)
 
 
-
 def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:
     """One update's training: the joint clipped step on all ``samples``, then ``critic_epochs - 1``
     more clipped steps on the critic samples alone (same old log-probs, so the PPO ratio clip bounds
@@ -294,6 +293,7 @@ def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) ->
     for _ in range(critic_epochs - 1 if critic_only else 0):
         trainer.step(critic_only)
     return metrics
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv

@@ -152,7 +152,7 @@ def test_settings_count_and_check_the_environment(tmp_path, tokenizer_dir, monke
     # an environment without milestones is refused at start-up, in one line
     monkeypatch.setitem(ENVS, "plain", "tempo_plugin.envs.base:StepResult")  # a class without milestones
     args.custom_config_path = write_yaml(tmp_path / "plain.yaml", env="plain")
-    with pytest.raises(ConfigError, match=r"env 'plain' reports no milestones .* \(tempo_plugin/envs/base.py\)$"):
+    with pytest.raises(ConfigError, match=r"env 'plain' reports no milestones .* needs: add stage_count and stages_completed to its class, see tempo_plugin/envs/base.py$"):
         TempoDataSource(args)
     args.rollout_function_path = "tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
     TempoDataSource(args)  # the plain GRPO baseline needs none

@@ -132,7 +132,7 @@ def test_temporal_grpo_needs_an_environment_with_milestones(monkeypatch):
     from tempo_plugin.envs import ENVS
 
     monkeypatch.setitem(ENVS, "plain", "tempo_plugin.envs.base:StepResult")  # a class without milestones
-    with pytest.raises(ConfigError, match=r"--env plain has none \(add stage_count and stages_completed"):
+    with pytest.raises(ConfigError, match=r"--env plain has none: add stage_count and stages_completed to its class, see tempo_plugin/envs/base.py$"):
         TempoConfig(advantage_estimator="temporal_grpo", env="plain").validate()
     for env in ("vaults", "vault", "textworld", "alfworld"):  # every registered environment has milestones
         assert TempoConfig(advantage_estimator="temporal_grpo", env=env).validate().env == env

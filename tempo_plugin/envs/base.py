@@ -60,6 +60,10 @@ class Env(Protocol):
     def restore(self, snapshot: Any) -> None: ...
 
 
+MILESTONES_HINT = "add stage_count and stages_completed to its class, see tempo_plugin/envs/base.py"
+"""What to do about an environment without milestones (the end of every such error)."""
+
+
 def has_stages(env: Any) -> bool:
     """Whether ``env`` reports milestones (``stage_count`` and ``stages_completed``) for Temporal GRPO."""
     return hasattr(env, "stage_count") and callable(getattr(env, "stages_completed", None))

@@ -34,7 +34,7 @@ from tempo_plugin.algorithms.stats import mean, pearson
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
-from tempo_plugin.envs.base import Env, has_stages
+from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
@@ -515,7 +515,7 @@ class TempoRollout:
             for branch in branches:
                 if not has_stages(branch.env):
                     raise ConfigError(f"--env {self.cfg.env} reports no milestones (stage_count, stages_completed), "
-                                      "which Temporal GRPO needs: add stage_count and stages_completed to its class (tempo_plugin/envs/base.py)")
+                                      f"which Temporal GRPO needs: {MILESTONES_HINT}")
                 branch.stage_count = branch.env.stage_count
         limits = dataclasses.replace(self._limits(self.cfg.max_episode_steps), stages=stages)
         run_branches(branches, self.sampler, self.protocol, self.params, limits, seed)

@@ -16,8 +16,11 @@ Every task exposes the same small interface:
 from __future__ import annotations
 
 import importlib
+import json
 import re
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 SYSTEM_PROMPT = (
@@ -91,6 +94,20 @@ def jsonl_record(problem: Problem, system_prompt: str = SYSTEM_PROMPT) -> dict[s
     return {"prompt": chat_messages(problem.prompt, system_prompt), "label": problem.label}
 
 
+def write_jsonl(path: str | Path, task: Task, count: int, seed: int, progress: bool = True) -> int:
+    """Write ``task.generate(seed, count)`` as slime JSONL lines (``jsonl_record``), creating parent
+    directories; prints progress to stderr for 10,000 problems or more. Returns ``count``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = max(1, count // 20)
+    with path.open("w", encoding="utf-8") as f:
+        for i, problem in enumerate(task.generate(seed, count)):
+            f.write(json.dumps(jsonl_record(problem, task.system_prompt)) + "\n")
+            if progress and count >= 10000 and (i + 1) % step == 0:
+                print(f"{task.name}: {i + 1}/{count} problems", file=sys.stderr, flush=True)
+    return count
+
+
 TASKS: dict[str, str] = {
     "countdown": "tempo_plugin.tasks.countdown:CountdownTask",
     "math": "tempo_plugin.tasks.math:MathTask",
@@ -138,6 +155,7 @@ __all__ = [
     "chat_messages",
     "extract_answer",
     "jsonl_record",
+    "write_jsonl",
     "make_task",
     "task_class",
 ]

@@ -37,10 +37,9 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
-from tempo_plugin.tasks import SYSTEM_PROMPT, Problem, chat_messages, extract_answer, jsonl_record
+from tempo_plugin.tasks import SYSTEM_PROMPT, Problem, chat_messages, extract_answer, write_jsonl
 
 MAX_ANSWER_CHARS = 1000
 """Longer answer contents score 0.0 without being parsed."""
@@ -202,21 +201,6 @@ class CountdownTask:
         return chat_messages(problem.prompt, self.system_prompt)
 
 
-def write_jsonl(path: str | Path, count: int, seed: int, task: CountdownTask | None = None, progress: bool = True) -> int:
-    """Write ``count`` problems as slime JSONL lines ``{"prompt": messages, "label": ...}``; returns count."""
-    task = task or CountdownTask()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    step = max(1, count // 20)
-    with path.open("w", encoding="utf-8") as f:
-        for i in range(count):
-            problem = task.problem(seed, i)
-            f.write(json.dumps(jsonl_record(problem, task.system_prompt)) + "\n")
-            if progress and count >= 10000 and (i + 1) % step == 0:
-                print(f"countdown: {i + 1}/{count} problems", file=sys.stderr, flush=True)
-    return count
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write Countdown problems as slime JSONL ({prompt, label}).")
     parser.add_argument("--out", required=True, help="output .jsonl path (parent directories are created)")
@@ -233,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         task = CountdownTask(args.min_numbers, args.max_numbers, args.max_number, args.max_target)
     except ValueError as error:
         parser.error(str(error))
-    write_jsonl(args.out, args.count, args.seed, task)
+    write_jsonl(args.out, task, args.count, args.seed)
     print(f"countdown: wrote {args.count} problems to {args.out}", file=sys.stderr)
     return 0
 

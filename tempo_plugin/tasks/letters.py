@@ -30,15 +30,13 @@ CLI (slime data; ``--input-key prompt --label-key label --apply-chat-template``)
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import string
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tempo_plugin.tasks import SYSTEM_PROMPT, Problem, chat_messages, extract_answer, jsonl_record
+from tempo_plugin.tasks import SYSTEM_PROMPT, Problem, chat_messages, extract_answer, write_jsonl
 
 ALPHABET = string.ascii_lowercase
 MAX_ANSWER_CHARS = 1000
@@ -97,17 +95,6 @@ class LettersTask:
         return chat_messages(problem.prompt, self.system_prompt)
 
 
-def write_jsonl(path: str | Path, count: int, seed: int, task: LettersTask | None = None) -> int:
-    """Write ``count`` problems as slime JSONL lines ``{"prompt": messages, "label": ...}``; returns count."""
-    task = task or LettersTask()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for i in range(count):
-            f.write(json.dumps(jsonl_record(task.problem(seed, i), task.system_prompt)) + "\n")
-    return count
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write letters problems as slime JSONL ({prompt, label}).")
     parser.add_argument("--out", required=True, help="output .jsonl path (parent directories are created)")
@@ -122,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         task = LettersTask(args.min_length, args.max_length)
     except ValueError as error:
         parser.error(str(error))
-    write_jsonl(args.out, args.count, args.seed, task)
+    write_jsonl(args.out, task, args.count, args.seed)
     print(f"letters: wrote {args.count} problems to {args.out}", file=sys.stderr)
     return 0
 

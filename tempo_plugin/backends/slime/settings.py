@@ -112,12 +112,12 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
 def _check_milestones(cfg: TempoConfig, source: str) -> None:
     """Temporal GRPO reads the environment's milestones: refuse an environment without them at start-up."""
     from tempo_plugin.envs import env_class
-    from tempo_plugin.envs.base import has_stages
+    from tempo_plugin.envs.base import MILESTONES_HINT, has_stages
 
     if not has_stages(env_class(cfg.env)):
         raise ConfigError(
             f"{source}: env {cfg.env!r} reports no milestones (stage_count, stages_completed), which "
-            "generate_temporal_grpo_rollout needs: add stage_count and stages_completed to its class (tempo_plugin/envs/base.py)"
+            f"generate_temporal_grpo_rollout needs: {MILESTONES_HINT}"
         )
 
 
