@@ -415,3 +415,24 @@ def test_an_endpoint_without_a_parsed_value_drops_its_branch_not_valued_zero(tok
     assert batch.metrics["td/dropped_groups"] == 1.0
     assert batch.samples == []
     assert len(batch.new_states) == 2  # both endpoints are sound states for later updates
+
+
+def test_value_corr_pairs_each_start_estimate_with_its_own_groups_target_when_a_group_is_dropped(tokenizer, protocol):
+    cfg = TempoConfig(branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=4, macro_rounds=5,
+                      max_episode_steps=MAX_STEPS, fresh_share=0.0)
+    # 8 endpoints x 1 sample (group 0 loses one to garbage and is dropped), then 4 starts x 2 samples
+    endpoint_texts = ["garbage", "<value>0.80</value>", "<value>0.20</value>", "<value>0.40</value>",
+                      "<value>0.60</value>", "<value>1.00</value>", "<value>0.50</value>", "<value>0.50</value>"]
+    start_texts = ["<value>0.10</value>", "<value>0.10</value>", "<value>0.30</value>", "<value>0.50</value>",
+                   "<value>0.90</value>", "<value>0.70</value>", "<value>0.20</value>", "<value>0.20</value>"]
+    sampler = FakeSampler(tokenizer, ["<action>wait</action>"], endpoint_texts + start_texts)
+    rollout = TempoRollout(cfg, sampler, protocol, make_env=lambda: VaultEnv(max_steps=MAX_STEPS))
+    starts = [fresh_state(VaultEnv(max_steps=MAX_STEPS), 410 + i, protocol) for i in range(4)]
+    batch = rollout.td_update(update=1, starts=starts, next_game=lambda: 999)
+    assert batch.metrics["td/dropped_groups"] == 1.0
+    # groups 1-3: targets G = mean of the endpoint values (no reward within the macro-step) 0.3, 0.8, 0.5;
+    # start estimates (mean of 2 samples) 0.4, 0.8, 0.2. Group 0's estimate 0.1 has no target.
+    assert batch.metrics["critic/value_target_mean"] == pytest.approx((0.3 + 0.8 + 0.5) / 3)
+    # Pearson by hand: dx = (-1/15, 5/15, -4/15), dy = (-7/30, 8/30, -1/30)
+    # sxy = (14 + 80 + 8)/450, sxx = 42/225, syy = 114/900 -> r = 0.11333 / sqrt(0.18667 * 0.12667)
+    assert batch.metrics["critic/value_corr"] == pytest.approx(0.7370, abs=5e-4)

@@ -147,10 +147,11 @@ class TempoRollout:
                 samples.append(make_sample(tokens, mask, logprobs, advantage, CRITIC, group, reward))
         return samples, signals.errors
 
-    def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float]) -> dict[str, float]:
+    def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float | None]) -> dict[str, float]:
+        """``targets[i]`` is call i's value target, None where it has none (a dropped TD group)."""
         values = [v for c in calls for v in c.values]
-        answered = [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets)
-                    if any(v is not None for v in c.values)]
+        answered = [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets, strict=True)
+                    if t is not None and any(v is not None for v in c.values)]
         answered_calls = [c for c in calls if c.completions]
         parsed = {v for v in values if v is not None}
         metrics = {
@@ -160,7 +161,7 @@ class TempoRollout:
             "critic/distinct_values": float(len(parsed)),
             "critic/prompt_too_long_rate": mean([float(not c.completions) for c in calls]),
             "critic/mean_estimate_mean": mean([a for a, _ in answered]),
-            "critic/value_target_mean": mean(list(targets)),
+            "critic/value_target_mean": mean([t for t in targets if t is not None]),
         }
         corr = pearson([a for a, _ in answered], [t for _, t in answered])
         if corr is not None:
@@ -358,6 +359,7 @@ class TempoRollout:
         samples: list[TrainSample] = []
         errors: list[float] = []
         targets: list[float] = []
+        group_targets: list[float | None] = [None] * len(groups)  # aligned with start_calls
         degenerate = []
         value_gaps = []
         dropped_groups = 0
@@ -375,6 +377,7 @@ class TempoRollout:
                 [cfg.invalid_action_penalty * b.unaccepted_actions for b in branch_group],
             )
             targets.append(signals.value_target)
+            group_targets[group] = signals.value_target
             degenerate.append(float(signals.degenerate))
             value_gaps.append(signals.zero_reward_value_std)
             for branch, advantage, ret in zip(branch_group, signals.advantages, signals.returns):
@@ -407,7 +410,7 @@ class TempoRollout:
             "actor/value_target_mean": mean(targets),
             "actor/value_gap_zero_reward": mean(value_gaps),
             "critic/abs_error_mean": mean(errors),
-            **self._critic_metrics(start_calls, targets),
+            **self._critic_metrics(start_calls, group_targets),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
             **is_metrics,
