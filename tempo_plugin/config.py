@@ -25,7 +25,7 @@ class ConfigError(ValueError):
 class TempoConfig:
     # TEMPO
     macro_rounds: int = field(default=5, metadata={"help": "H: rounds per macro-step"})
-    branches: int = field(default=4, metadata={"help": "N: branches rolled out per start state"})
+    branches: int = field(default=6, metadata={"help": "N: branches rolled out per start state (multi-turn GRPO: episodes per game)"})
     critic_samples: int = field(default=8, metadata={"help": "K: critic samples trained per start state"})
     endpoint_samples: int = field(default=2, metadata={"help": "critic samples averaged per non-terminal endpoint"})
     states_per_batch: int = field(default=8, metadata={"help": "start states per TD update"})

@@ -10,7 +10,8 @@ RL has to raise.
 
 Critic demonstrations are a short reasoning that restates the decisive hidden fact, followed by a
 value tied to it: "No plan can win." is followed by 0.00 (exact: the privileged information says
-so); "A plan can still win." (with the vaults left) is followed by a *uniformly random* value, since
+so); "A plan can still win." (on the chain, with the keys still to choose: the decisions between the
+state and a win) is followed by a *uniformly random* value, since
 the probability of winning from a winnable state depends on the policy and is what the warm-up and
 TD phases must learn. (An earlier bootstrap gave random values after both reasonings: the value was
 unrelated to the reasoning, "1.00" was a rare string, and the critic collapsed to one answer.)
@@ -70,7 +71,10 @@ def critic_reasoning(env: Env) -> str:
     if not env.winnable():
         return "No plan can win."
     left = getattr(env, "vaults_left", None)
-    return "A plan can still win." if left is None else f"A plan can still win. Vaults left: {left}."
+    if left is None:
+        return "A plan can still win."
+    # the current vault's key is still to choose in its key room, chosen (rightly) once held
+    return f"A plan can still win. Keys to choose: {left - (env.held is not None)}."
 
 
 def critic_value(env: Env, rng: random.Random) -> float:
