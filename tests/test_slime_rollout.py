@@ -25,6 +25,9 @@ from tempo_plugin.critic.prompt import CRITIC_SYSTEM_PROMPT
 from tempo_plugin.rollout.sampler import Completion
 
 VALUES = ("0", "0.25", "0.5", "0.75", "1")
+SCRIPT_SEED = 1
+"""Salt of ScriptedPolicy's draws. The tests assert the situations they need (a degenerate warm-up
+critic group, actor signal in TD); with this salt the text-seeded script produces them."""
 
 
 def scripted_logprob(position: int) -> float:
@@ -38,7 +41,7 @@ class ScriptedPolicy:
     reaches its macro-step boundary.
     The log-prob of the i-th generated token is scripted_logprob(i), so the test can trace them.
 
-    Each draw is seeded by the prompt and by how often that prompt was asked before, so the
+    Each draw is seeded by the prompt's text and by how often it was asked before, so the
     rollouts do not depend on the order in which concurrent HTTP requests reach the server."""
 
     def __init__(self, tokenizer, protocol):
@@ -49,10 +52,10 @@ class ScriptedPolicy:
     def generate(self, requests, params, seed):
         out = []
         for request in requests:
-            key = tuple(request.prompt_ids)
-            rng = random.Random(zlib.crc32(repr((key, self.seen[key])).encode()))
-            self.seen[key] += 1
+            # seeded by the prompt's text, not its token ids, so a retrained tiny tokenizer does not change the script
             prompt = self.tokenizer.decode(list(request.prompt_ids))
+            rng = random.Random(zlib.crc32(repr((SCRIPT_SEED, prompt, self.seen[prompt])).encode()))
+            self.seen[prompt] += 1
             if CRITIC_SYSTEM_PROMPT[:30] in prompt:
                 text = f"<value>{rng.choice(VALUES)}</value>"
             else:
