@@ -71,7 +71,6 @@ def test_a_local_hugging_face_model_directory_runs_without_bootstrap(tmp_path, t
     assert "--model" in capsys.readouterr().err
 
 
-
 def test_critic_epochs_add_steps_on_the_critic_samples_alone():
     """train_step with critic_epochs 3: the joint step on all samples, then 2 steps on the critic
     samples alone; no critic samples (GRPO batches): the joint step only."""

@@ -358,8 +358,7 @@ class TempoRollout:
 
         samples: list[TrainSample] = []
         errors: list[float] = []
-        targets: list[float] = []
-        group_targets: list[float | None] = [None] * len(groups)  # aligned with start_calls
+        targets: list[float | None] = [None] * len(groups)  # per group, aligned with start_calls; None: dropped
         degenerate = []
         value_gaps = []
         dropped_groups = 0
@@ -376,8 +375,7 @@ class TempoRollout:
                 [b.terminal for b in branch_group],
                 [cfg.invalid_action_penalty * b.unaccepted_actions for b in branch_group],
             )
-            targets.append(signals.value_target)
-            group_targets[group] = signals.value_target
+            targets[group] = signals.value_target
             degenerate.append(float(signals.degenerate))
             value_gaps.append(signals.zero_reward_value_std)
             for branch, advantage, ret in zip(branch_group, signals.advantages, signals.returns):
@@ -407,10 +405,10 @@ class TempoRollout:
             "actor/segment_reward_mean": mean([b.segment_reward for b in branches]),
             "actor/macro_boundary_rate": mean([float(not b.terminal) for b in branches]),
             "actor/degenerate_group_rate": mean(degenerate),
-            "actor/value_target_mean": mean(targets),
+            "actor/value_target_mean": mean([t for t in targets if t is not None]),
             "actor/value_gap_zero_reward": mean(value_gaps),
             "critic/abs_error_mean": mean(errors),
-            **self._critic_metrics(start_calls, group_targets),
+            **self._critic_metrics(start_calls, targets),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
             **is_metrics,
