@@ -33,13 +33,33 @@ def test_chain_reasoning_and_value_after_a_wrong_key():
     assert critic_value(env, random.Random(0)) == 0.0
 
 
-def test_winnable_values_are_spread_over_0_to_1():
+def _values(env, draws: int = 4000) -> list[float]:
+    rng = random.Random(0)
+    return [critic_value(env, rng) for _ in range(draws)]
+
+
+def test_chain_values_fall_with_the_keys_to_choose_and_stay_spread():
+    """u^(k + 1/2), u uniform: mean 1 / (k + 3/2); k = 3 -> 2/9 = 0.222, k = 2 -> 2/7 = 0.286,
+    and the values still reach both ends of (0, 1) (no state starts with K identical answers)."""
     env = VaultChainEnv(max_steps=30)
     env.reset(GAME)
-    rng = random.Random(0)
-    values = [critic_value(env, rng) for _ in range(1000)]
-    assert min(values) < 0.05 and max(values) > 0.95
-    assert sum(v < 0.5 for v in values) in range(450, 551)
+    in_room = _values(env)
+    env.step("take green")  # the right key held: k = 2
+    held = _values(env)
+    for values, expected in ((in_room, 2 / 9), (held, 2 / 7)):
+        assert abs(sum(values) / len(values) - expected) < 0.02  # std err ~0.005
+        assert min(values) < 0.01 and max(values) > 0.9
+    # P(v < 1/2) = P(u < 2^(-1/(k + 1/2))): k = 3 -> 0.820, k = 2 -> 0.758
+    assert abs(sum(v < 0.5 for v in in_room) / len(in_room) - 0.820) < 0.025
+    assert abs(sum(v < 0.5 for v in held) / len(held) - 0.758) < 0.025
+
+
+def test_one_vault_values_are_uniform():
+    env = VaultEnv(max_steps=30)
+    env.reset(GAME)
+    values = _values(env)
+    assert abs(sum(values) / len(values) - 0.5) < 0.02
+    assert abs(sum(v < 0.5 for v in values) / len(values) - 0.5) < 0.025
 
 
 def test_one_vault_reasoning_has_no_key_count():

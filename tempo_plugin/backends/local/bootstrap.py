@@ -10,11 +10,16 @@ RL has to raise.
 
 Critic demonstrations are a short reasoning that restates the decisive hidden fact, followed by a
 value tied to it: "No plan can win." is followed by 0.00 (exact: the privileged information says
-so); "A plan can still win." (on the chain, with the keys still to choose: the decisions between the
-state and a win) is followed by a *uniformly random* value, since
-the probability of winning from a winnable state depends on the policy and is what the warm-up and
-TD phases must learn. (An earlier bootstrap gave random values after both reasonings: the value was
-unrelated to the reasoning, "1.00" was a rare string, and the critic collapsed to one answer.)
+so); "A plan can still win." is followed by a random value, since the probability of winning from a
+winnable state depends on the policy and is what the warm-up and TD phases must learn. On the chain
+the reasoning also counts the keys still to choose (k, the decisions between the state and a win)
+and the value is drawn as u^(k + 1/2), u uniform: a prior that knows nothing of the policy except
+that every decision left can lose (means 0.67, 0.40, 0.29, 0.22 for k = 0..3), and that leaves
+every value in (0, 1) possible, so no state starts with K identical answers. On the one-vault game
+the value is u. (v10 drew u after every winnable reasoning: its trained critics answered about the
+same value at every winnable state, 1 key left or 3, see the README. An earlier bootstrap gave
+random values after both reasonings: the value was unrelated to the reasoning, "1.00" was a rare
+string, and the critic collapsed to one answer.)
 
 Demonstrations are rendered with the same ChatProtocol as the rollouts (same token extension), on
 games from a seed range disjoint from training and evaluation.
@@ -64,22 +69,33 @@ def noisy_walkthrough_action(env: Env, rng: random.Random) -> str:
     return env.expert_action() or ("open vault" if "open vault" in actions else "north")
 
 
+def keys_to_choose(env: Env) -> int | None:
+    """The key decisions between a winnable chain state and a win (None on the one-vault game)."""
+    left = getattr(env, "vaults_left", None)
+    if left is None:
+        return None
+    # the current vault's key is still to choose in its key room, chosen (rightly) once held
+    return left - (env.held is not None)
+
+
 def critic_reasoning(env: Env) -> str:
     """The critic's short reasoning before its value: the decisive hidden fact, restated."""
     if env.done:
         return "The episode is over."
     if not env.winnable():
         return "No plan can win."
-    left = getattr(env, "vaults_left", None)
-    if left is None:
-        return "A plan can still win."
-    # the current vault's key is still to choose in its key room, chosen (rightly) once held
-    return f"A plan can still win. Keys to choose: {left - (env.held is not None)}."
+    keys = keys_to_choose(env)
+    return "A plan can still win." if keys is None else f"A plan can still win. Keys to choose: {keys}."
 
 
 def critic_value(env: Env, rng: random.Random) -> float:
-    """The demonstrated value: 0 where no plan can win, else uniformly random."""
-    return rng.random() if env.winnable() else 0.0
+    """The demonstrated value: 0 where no plan can win, else u^(k + 1/2) with u uniform and k the
+    keys still to choose (u on the one-vault game)."""
+    if not env.winnable():
+        return 0.0
+    keys = keys_to_choose(env)
+    u = rng.random()
+    return u if keys is None else u ** (keys + 0.5)
 
 
 def demo_texts(env: Env, rng: random.Random, max_steps: int) -> Iterator[tuple[list[str], str, str, int, str, float]]:
