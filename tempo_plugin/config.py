@@ -31,7 +31,7 @@ class TempoConfig:
     states_per_batch: int = field(default=8, metadata={"help": "start states per TD update"})
     warmup_updates: int = field(default=6, metadata={"help": "critic-only updates with Monte-Carlo targets"})
     warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
-    td_updates: int = field(default=32, metadata={"help": "joint actor+critic TD updates"})
+    td_updates: int = field(default=28, metadata={"help": "joint actor+critic TD updates"})
     state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
     fresh_share: float = field(default=0.25, metadata={"help": "share of every TD batch's start states that are fresh games (round 0); the rest come from the store"})
     max_state_uses: int = field(default=2, metadata={"help": "a stored state leaves the store after this many uses as a start state (0: never)"})
@@ -49,6 +49,9 @@ class TempoConfig:
     prefix_is_normalise: bool = field(default=False, metadata={"help": "divide the restored states' prefix weights by their batch mean"})
     prefix_is_max_staleness: int = field(default=-1, metadata={
         "help": "a restored state whose prefix is more than this many updates old gets prefix weight 0 (-1: no cap)"})
+    normalise_advantages: bool = field(default=True, metadata={
+        "help": "divide each TD update's actor advantages by their std over the update's branches (PPO's advantage "
+                "normalisation; false: A_n = R_n - G(s) as specified)"})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
     # algorithm
     advantage_estimator: str = field(default="tempo", metadata={

@@ -1,6 +1,7 @@
 """The prefix importance correction wired into TD updates (--prefix-is-clip): assistant spans of a
 stored state, the current policy's log-prob of them (LocalSampler and over HTTP), and the weights
-applied to each group's actor advantages."""
+applied to each group's actor advantages; and --normalise-advantages, which divides the same
+advantages by their std over the update."""
 
 from __future__ import annotations
 
@@ -162,3 +163,27 @@ def test_scoring_over_http_matches_the_local_sampler(serve, tiny_model, tokenize
     assert [len(r) for r in remote] == [len(p) for p in prompts]
     for r, l in zip(remote, local):
         assert r == pytest.approx(l, abs=1e-5)
+
+
+def test_normalise_advantages_divides_the_updates_actor_advantages_by_their_std(tiny_model, tokenizer, protocol, one_thread):
+    """The same TD update (same seed) with and without --normalise-advantages samples the same
+    tokens; each actor advantage is divided by sigma, the population std over all 2 x 3 branches
+    of the update (branches with A = 0 train no sample but count), computed here from the plain
+    batch's samples; the critic samples are unchanged."""
+    sampler = LocalSampler(tiny_model, tokenizer)
+    states, _ = stored_states(sampler, protocol, tokenizer, config())
+    plain = td_batch(sampler, protocol, states, normalise_advantages=False)
+    scaled = td_batch(sampler, protocol, states, normalise_advantages=True)
+    actor = lambda batch: [s for s in batch.samples if s.role == ACTOR]  # noqa: E731
+    assert plain.metrics["td/dropped_groups"] == 0
+    advantages = [next(a for a in s.advantages if a != 0.0) for s in actor(plain)]
+    assert len(advantages) >= 2  # the scripted endpoint values differ
+    branches = 2 * 3
+    sigma = math.sqrt(sum(a * a for a in advantages) / branches - (sum(advantages) / branches) ** 2)
+    assert plain.metrics["actor/advantage_std"] == pytest.approx(sigma, rel=1e-9)
+    assert len(actor(plain)) == len(actor(scaled))
+    for a, b in zip(actor(plain), actor(scaled)):
+        assert a.tokens == b.tokens and a.group == b.group
+        assert [x / sigma for x in a.advantages] == pytest.approx(b.advantages, rel=1e-9, abs=1e-12)
+    critic = lambda batch: [s.advantages for s in batch.samples if s.role != ACTOR]  # noqa: E731
+    assert critic(plain) == critic(scaled)

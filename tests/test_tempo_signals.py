@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tempo_plugin.algorithms.grpo import GRPO_STD_EPSILON, grpo_advantages
-from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
+from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, batch_normalised, critic_signals
 
 
 def approx_list(values):
@@ -285,3 +285,15 @@ def test_invalid_action_penalty_shapes_actor_advantages_not_the_critic_target():
     assert flat.advantages == pytest.approx([0.15, -0.15]) and not flat.degenerate
     with pytest.raises(ValueError, match="one penalty per branch"):
         actor_signals([0.0, 0.0], [0.4, 0.4], [False, False], [0.1])
+
+
+def test_batch_normalised_divides_by_the_population_std():
+    # mean 0, sigma = sqrt((0.09 + 3 x 0.01) / 4) = sqrt(0.03) = 0.173205
+    assert batch_normalised([0.3, -0.1, -0.1, -0.1]) == pytest.approx([1.732051, -0.577350, -0.577350, -0.577350], abs=1e-6)
+    # the mean is not removed: [0.5, 0.1] has sigma 0.2 -> [2.5, 0.5]
+    assert batch_normalised([0.5, 0.1]) == pytest.approx([2.5, 0.5])
+
+
+def test_batch_normalised_leaves_equal_advantages_alone():
+    assert batch_normalised([0.0, 0.0, 0.0]) == [0.0, 0.0, 0.0]
+    assert batch_normalised([0.2]) == [0.2]

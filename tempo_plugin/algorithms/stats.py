@@ -10,6 +10,14 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def population_std(values: Sequence[float]) -> float:
+    """sqrt(mean (v - mean v)^2); 0 with fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    m = mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
+
+
 def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Pearson correlation; None with fewer than two points or zero variance on either side."""
     if len(xs) != len(ys):

@@ -30,6 +30,16 @@ tell apart, the expected "abs" reward is maximised by the *median* of G and the 
 its *mean*: with 0/1 outcomes and a success rate below 1/2 the median is 0, so "abs" pushes an
 undiscriminating critic to answer 0 everywhere, while "squared" pushes it to the success rate.
 
+With ``--normalise-advantages`` (our addition) the actor advantages of one TD update, all its
+branches b of all its kept groups together, are divided by their standard deviation:
+
+    A_b <- A_b / sigma,   sigma = sqrt((1/B) sum_b (A_b - mean_b A_b)^2)    (unchanged if sigma = 0)
+
+PPO's usual advantage normalisation. It keeps the ratios between groups (a branch that loses a
+0.9 value still counts nine times one that loses 0.1) but not the scale: A_n = R_n - G(s) is as
+large as the values, so a weak policy, whose values are small, otherwise takes small steps
+(multi-turn GRPO divides by a per-game std and does not have this problem).
+
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
 trajectory through s (1 if it was eventually won, else 0).
@@ -37,9 +47,10 @@ trajectory through s (1 if it was eventually won, else 0).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
+
+from tempo_plugin.algorithms.stats import population_std
 
 ADVANTAGE_EPSILON = 1e-12
 
@@ -60,13 +71,6 @@ class CriticSignals:
     errors: list[float]
     degenerate: bool
     parse_failures: int
-
-
-def _population_std(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
 def actor_signals(
@@ -106,8 +110,16 @@ def actor_signals(
         value_target=value_target,
         advantages=advantages,
         degenerate=degenerate,
-        zero_reward_value_std=_population_std(zero_reward_values),
+        zero_reward_value_std=population_std(zero_reward_values),
     )
+
+
+def batch_normalised(advantages: Sequence[float]) -> list[float]:
+    """A_b / sigma with sigma the population std of ``advantages`` (returned unchanged if sigma is 0)."""
+    sigma = population_std(advantages)
+    if sigma <= ADVANTAGE_EPSILON:
+        return [float(a) for a in advantages]
+    return [float(a) / sigma for a in advantages]
 
 
 CRITIC_REWARDS = ("abs", "squared")

@@ -30,8 +30,8 @@ from functools import cached_property
 from typing import Callable, Sequence
 
 from tempo_plugin.algorithms.grpo import grpo_advantages
-from tempo_plugin.algorithms.stats import mean, pearson
-from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, critic_signals
+from tempo_plugin.algorithms.stats import mean, pearson, population_std
+from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, batch_normalised, critic_signals
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
@@ -362,6 +362,7 @@ class TempoRollout:
         degenerate = []
         value_gaps = []
         dropped_groups = 0
+        actor: list[tuple[Branch, float, float, int]] = []  # (branch, A_n, R_n, group) of the kept groups
         weights, is_metrics = self.prefix_weights(update, start_states)
         for group, (full_group, start_call) in enumerate(zip(groups, start_calls)):
             branch_group = [b for b in full_group if b.stop_reason != ENV_ERROR
@@ -378,14 +379,18 @@ class TempoRollout:
             targets[group] = signals.value_target
             degenerate.append(float(signals.degenerate))
             value_gaps.append(signals.zero_reward_value_std)
-            for branch, advantage, ret in zip(branch_group, signals.advantages, signals.returns):
-                advantage *= weights[group]  # w~(s) (R_n - G(s)); 1 for a fresh game or without --prefix-is-clip
-                if abs(advantage) > ADVANTAGE_EPSILON:
-                    samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, advantage, ACTOR, group, ret))
+            actor += [(branch, advantage, ret, group) for branch, advantage, ret
+                      in zip(branch_group, signals.advantages, signals.returns)]
             if start_call.completions:
                 critic_group, group_errors = self.critic_samples(start_call, signals.value_target, group)
                 samples += critic_group
                 errors += group_errors
+        raw = [advantage for _, advantage, _, _ in actor]
+        scaled = batch_normalised(raw) if cfg.normalise_advantages else raw
+        for (branch, _, ret, group), advantage in zip(actor, scaled):
+            advantage *= weights[group]  # w~(s) (R_n - G(s)); 1 for a fresh game or without --prefix-is-clip
+            if abs(advantage) > ADVANTAGE_EPSILON:
+                samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, advantage, ACTOR, group, ret))
 
         new_states = [
             s for s in endpoint_states
@@ -407,6 +412,7 @@ class TempoRollout:
             "actor/degenerate_group_rate": mean(degenerate),
             "actor/value_target_mean": mean([t for t in targets if t is not None]),
             "actor/value_gap_zero_reward": mean(value_gaps),
+            "actor/advantage_std": population_std(raw),
             "critic/abs_error_mean": mean(errors),
             **self._critic_metrics(start_calls, targets),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
