@@ -138,4 +138,4 @@ def test_temporal_grpo_needs_an_environment_with_milestones(monkeypatch):
         assert TempoConfig(advantage_estimator="temporal_grpo", env=env).validate().env == env
     with pytest.raises(ConfigError, match="drop --task"):
         TempoConfig(advantage_estimator="temporal_grpo", task="countdown").validate()
-    assert TempoConfig(advantage_estimator="temporal_grpo").validate().total_updates == 32  # no warm-up
+    assert TempoConfig(advantage_estimator="temporal_grpo", warmup_updates=6, td_updates=32).validate().total_updates == 32  # no warm-up
