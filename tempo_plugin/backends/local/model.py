@@ -19,7 +19,7 @@ import torch
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs import BUILT_IN
 
-TINY_VERSION = 11  # bump when the tiny model, its tokenizer or its bootstrap data change
+TINY_VERSION = 12  # bump when the tiny model, its tokenizer or its bootstrap data change
 TINY_TASK_VERSION = 2  # the same for the single-turn tiny models (per task: TINY_TASKS[task].version)
 TINY_ENV_VERSION = 1  # the same for the tiny model of the other environments (TextWorld, ALFWorld)
 
