@@ -15,7 +15,9 @@ updates. It then writes, under ``--out``:
 - ``credit.json``: the same numbers, and every evaluation point.
 
 Runs that already finished (a ``summary.json`` in their folder) are not recomputed, so an
-interrupted benchmark continues where it stopped.
+interrupted benchmark continues where it stopped; a finished run is reused only if it was made with
+the same trainer arguments and the same tiny-model bootstrap version (``bench_key.json`` in its
+folder), otherwise it runs again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, mean_std, read_metrics  # noqa: E402
+from tempo_plugin.backends.local.model import TINY_VERSION  # noqa: E402
 
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", "--eval-every", "6"],
@@ -59,18 +62,38 @@ def run_slug(name: str) -> str:
     return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
 
 
+RUN_KEY_FILE = "bench_key.json"
+
+
+def run_key(trainer_args: list[str], tiny_version: int = TINY_VERSION) -> dict:
+    """What a finished run must have been made with to be reused: its trainer arguments and the
+    tiny model's bootstrap version (a new bootstrap changes every run while the arguments stay)."""
+    return {"trainer_args": list(trainer_args), "tiny_version": tiny_version}
+
+
+def reusable(out: Path, key: dict) -> bool:
+    """A finished run (``summary.json``) whose recorded key equals ``key``."""
+    key_file = out / RUN_KEY_FILE
+    return (out / "summary.json").is_file() and key_file.is_file() and json.loads(key_file.read_text()) == key
+
+
 def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
     out = Path(args.out) / f"{run_slug(name)}-seed{seed}"
-    if (out / "summary.json").is_file():
+    command = [sys.executable, "-m", "tempo_plugin.train", *METHODS[name], "--seed", str(seed),
+               "--td-updates", "1000", "--max-env-steps", str(args.env_steps), "--eval-games", str(args.eval_games),
+               "--out", str(out), *args.extra]
+    key = run_key(command[1:])
+    if reusable(out, key):
         print(f"{name} seed {seed}: done before, reading {out}", flush=True)
         return out
     if out.exists():
         import shutil
 
-        shutil.rmtree(out)  # an interrupted run: start it again
-    command = [sys.executable, "-m", "tempo_plugin.train", *METHODS[name], "--seed", str(seed),
-               "--td-updates", "1000", "--max-env-steps", str(args.env_steps), "--eval-games", str(args.eval_games),
-               "--out", str(out), *args.extra]
+        # interrupted, or made with other arguments or another bootstrap: start it again
+        print(f"{name} seed {seed}: {out} is unfinished or from other settings; running it again", flush=True)
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / RUN_KEY_FILE).write_text(json.dumps(key, indent=1))
     print(f"{name} seed {seed}: {' '.join(command[1:])}", flush=True)
     tic = time.perf_counter()
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
