@@ -71,6 +71,12 @@ def run_key(trainer_args: list[str], tiny_version: int = TINY_VERSION) -> dict:
     return {"trainer_args": list(trainer_args), "tiny_version": tiny_version}
 
 
+def record_key(out: Path, key: dict) -> None:
+    """Write ``key`` into the run folder ``out`` (created if needed), before the run starts."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_KEY_FILE).write_text(json.dumps(key, indent=1))
+
+
 def reusable(out: Path, key: dict) -> bool:
     """A finished run (``summary.json``) whose recorded key equals ``key``."""
     key_file = out / RUN_KEY_FILE
@@ -92,8 +98,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
         # interrupted, or made with other arguments or another bootstrap: start it again
         print(f"{name} seed {seed}: {out} is unfinished or from other settings; running it again", flush=True)
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / RUN_KEY_FILE).write_text(json.dumps(key, indent=1))
+    record_key(out, key)
     print(f"{name} seed {seed}: {' '.join(command[1:])}", flush=True)
     tic = time.perf_counter()
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)

@@ -14,13 +14,16 @@ def finished_run(folder: Path, key: dict | None) -> Path:
     folder.mkdir()
     (folder / "summary.json").write_text("{}")
     if key is not None:
-        (folder / credit.RUN_KEY_FILE).write_text(json.dumps(key))
+        credit.record_key(folder, key)
     return folder
 
 
-def test_run_key_holds_the_arguments_and_the_bootstrap_version():
-    assert credit.run_key(["-m", "tempo_plugin.train", "--seed", "1"], tiny_version=12) == {
-        "trainer_args": ["-m", "tempo_plugin.train", "--seed", "1"], "tiny_version": 12}
+def test_a_recorded_key_reads_back_equal_whatever_sequence_held_the_arguments(tmp_path):
+    # JSON turns tuples into lists: a key built from a tuple must still match what was recorded
+    arguments = ("-m", "tempo_plugin.train", "--seed", "1")
+    folder = finished_run(tmp_path / "run", credit.run_key(arguments, tiny_version=12))
+    assert json.loads((folder / credit.RUN_KEY_FILE).read_text()) == {"trainer_args": list(arguments), "tiny_version": 12}
+    assert credit.reusable(folder, credit.run_key(arguments, tiny_version=12))
 
 
 def test_a_finished_run_is_reused_only_with_the_same_key(tmp_path):
@@ -36,6 +39,5 @@ def test_a_finished_run_is_reused_only_with_the_same_key(tmp_path):
 def test_an_unfinished_run_is_not_reused(tmp_path):
     key = credit.run_key(["--seed", "2"], tiny_version=12)
     folder = tmp_path / "interrupted"
-    folder.mkdir()
-    (folder / credit.RUN_KEY_FILE).write_text(json.dumps(key))
+    credit.record_key(folder, key)  # written before the run starts; no summary.json yet
     assert not credit.reusable(folder, key)

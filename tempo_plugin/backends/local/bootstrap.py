@@ -7,9 +7,7 @@ the hall moves are random admissible actions; so the policy is valid but has cle
 Extra key-room decisions (the prompt up to a key room, one action trained) give the small model
 enough examples of reading the sign to *be able* to pick the right key; how often it does so is what
 RL has to raise. 64 of them per step (v12; 32 before): with 32, whether the model learned to read the
-sign within 150 steps was a per-seed lottery (right first key 0.41 on seed 1 against 0.57 on seeds 0
-and 2, out of 400 first key rooms; about 0.65 is the demonstrations' own rate); with 64 it was
-0.65 / 0.60 / 0.63 on seeds 0 / 1 / 2, for about 45% more bootstrap time.
+sign within 150 steps depended on the seed (measurements in the README, "The tiny model's bootstrap").
 
 Critic demonstrations are a short reasoning that restates the decisive hidden fact, followed by a
 value tied to it: "No plan can win." is followed by 0.00 (exact: the privileged information says
