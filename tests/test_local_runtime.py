@@ -129,3 +129,101 @@ def test_identical_prompts_are_prefilled_once_and_share_an_equal_cache(tiny_mode
     # and generation from them gives every branch its own sample
     completions = sampler.generate(requests, SamplingParams(1.0, 1.0, ()), seed=3)
     assert len(completions) == 4 and all(len(c.token_ids) == 4 for c in completions)
+
+
+def test_shared_prefix_length_counts_columns_every_row_holds_with_the_same_token():
+    from tempo_plugin.backends.local.trainer import shared_prefix_length
+
+    ids = torch.tensor([[1, 2, 3, 4], [1, 2, 5, 0]])
+    assert shared_prefix_length(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])) == 2
+    same = torch.tensor([[1, 2, 0], [1, 2, 0]])
+    assert shared_prefix_length(same, torch.tensor([[1, 1, 0], [1, 1, 0]])) == 2  # padding is not shared
+    assert shared_prefix_length(ids[:1], torch.ones(1, 4)) == 0  # one row: nothing to share
+
+
+def _embedding_input_shapes(model):
+    shapes = []
+    handle = model.get_input_embeddings().register_forward_pre_hook(lambda _, args: shapes.append(tuple(args[0].shape)))
+    return shapes, handle
+
+
+def test_rows_sharing_a_prefix_get_the_logprobs_and_gradients_of_running_each_row_alone(tiny_model):
+    import copy
+
+    model = copy.deepcopy(tiny_model)
+    torch.manual_seed(3)
+    prefix = torch.randint(5, 200, (10,))
+    lengths = [16, 13, 18]
+    rows = [torch.cat([prefix, torch.randint(5, 200, (n - 10,))]) for n in lengths]
+    ids = torch.zeros(3, 18, dtype=torch.long)
+    att = torch.zeros(3, 18, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], att[i, : len(row)] = row, 1
+    shapes, handle = _embedding_input_shapes(model)
+    batched = token_logprobs(model, ids, att, 0.7, first=11)
+    handle.remove()
+    assert shapes == [(1, 10), (3, 8)]  # the prefix ran once, for one row
+    valid = torch.zeros(3, 18)
+    for i, n in enumerate(lengths):
+        valid[i, 11:n] = 1
+    (batched * valid).sum().backward()
+    packed_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    alone_total = 0.0
+    for i, row in enumerate(rows):
+        alone = token_logprobs(model, row[None], torch.ones(1, len(row), dtype=torch.long), 0.7, first=11)
+        assert torch.allclose(batched[i, 11 : len(row)], alone[0, 11:], atol=1e-5)
+        alone_total = alone_total + alone[0, 11:].sum()
+    alone_total.backward()
+    for packed, alone in zip(packed_grads, (p.grad for p in model.parameters())):
+        assert torch.allclose(packed, alone, atol=1e-5, rtol=1e-4)
+
+
+def test_the_shared_prefix_stops_before_the_first_scored_token(tiny_model):
+    torch.manual_seed(4)
+    prefix = torch.randint(5, 200, (10,))
+    ids = torch.stack([torch.cat([prefix, torch.randint(5, 200, (4,))]) for _ in range(2)])
+    shapes, handle = _embedding_input_shapes(tiny_model)
+    with torch.no_grad():
+        batched = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0, first=6)
+        alone = torch.cat([token_logprobs(tiny_model, row[None], torch.ones(1, 14, dtype=torch.long), 1.0, first=6) for row in ids])
+    handle.remove()
+    assert shapes[:2] == [(1, 5), (2, 9)]  # token 6 is predicted from position 5, so only 0..4 are cached
+    assert torch.allclose(batched, alone, atol=1e-5)
+
+
+def _sample(tokens, first_trained):
+    return make_sample(tokens, [0] * first_trained + [1] * (len(tokens) - first_trained), [0.0] * len(tokens), 1.0, ACTOR, 0, 0.0)
+
+
+def test_micro_batches_keep_samples_with_one_prompt_together_and_sort_the_rest_by_length():
+    from tempo_plugin.backends.local.trainer import micro_batches
+
+    a1, a2 = _sample([1, 2, 3, 7, 8], 3), _sample([1, 2, 3, 9], 3)  # prompt [1, 2, 3]
+    b, c = _sample([1, 2, 4, 5, 6, 7], 3), _sample([5, 6], 1)  # prompts of their own
+    assert micro_batches([a1, b, a2, c], 100) == [[a2, a1], [c, b]]
+    assert micro_batches([a1, b, a2, c], 8) == [[a2], [a1], [c], [b]]  # 2 x 5 and 2 x 6 padded tokens exceed 8
+
+
+def test_a_step_on_samples_sharing_prompts_has_the_gradient_of_the_mean_per_sample_loss(tiny_model):
+    import copy
+
+    from tempo_plugin.algorithms.losses import clipped_policy_loss
+
+    model = copy.deepcopy(tiny_model)
+    torch.manual_seed(5)
+    prompt = torch.randint(5, 200, (9,)).tolist()
+    samples = [
+        make_sample(prompt + torch.randint(5, 200, (n,)).tolist(), [0] * 9 + [1] * n, [0.0] * 9 + [-7.0] * n, adv, ACTOR, 0, 0.0)
+        for n, adv in ((4, 1.0), (6, -0.5), (3, 0.25))
+    ] + [_sample(torch.randint(5, 200, (12,)).tolist(), 4)]
+    trainer = PolicyTrainer(model, torch.optim.SGD(model.parameters(), lr=0.0), pad_id=0, grad_clip=1e9)
+    trainer.step(samples)
+    stepped = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    for s in samples:
+        t = collate([s], 0, torch.device("cpu"))
+        lp = token_logprobs(model, t["input_ids"], t["attention"], 1.0)
+        (clipped_policy_loss(lp, t["old_logprobs"], t["advantages"], t["loss_mask"]).loss / len(samples)).backward()
+    for a, b in zip(stepped, (p.grad for p in model.parameters())):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)

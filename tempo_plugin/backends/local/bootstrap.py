@@ -38,7 +38,7 @@ from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_va
 from tempo_plugin.envs import make
 from tempo_plugin.envs.base import Env
 from tempo_plugin.envs.vault import PALETTE, TAKE_PREFIX
-from tempo_plugin.backends.local.trainer import collate, token_logprobs
+from tempo_plugin.backends.local.trainer import collate, first_loss_column, token_logprobs
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
 from tempo_plugin.rollout.samples import ACTOR, make_sample
 
@@ -260,6 +260,8 @@ def _masked_nll(model, demos: list[Demo], pad_id: int, device: torch.device) -> 
     """Mean negative log-likelihood of the demonstration tokens with mask 1."""
     samples = [make_sample(d.tokens, d.loss_mask, [0.0] * len(d.tokens), 0.0, ACTOR, 0, 0.0) for d in demos]
     tensors = collate(samples, pad_id, device)
-    logprobs = token_logprobs(model, tensors["input_ids"], tensors["attention"], temperature=1.0)
     mask = tensors["loss_mask"]
+    # from the first trained column on: the demonstrations' shared start (system prompt, task) runs once
+    logprobs = token_logprobs(model, tensors["input_ids"], tensors["attention"], temperature=1.0,
+                              first=first_loss_column(mask))
     return -(logprobs * mask).sum() / mask.sum()

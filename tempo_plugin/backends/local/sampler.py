@@ -16,13 +16,12 @@ prompt) prefill it once and share the cache row. ``prompt_tokens`` / ``prefill_t
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-from tempo_plugin.backends.local.trainer import chunk_by_token_budget, pad_rows, token_logprobs
+from tempo_plugin.backends.local.trainer import cache_argument, chunk_by_token_budget, pad_rows, token_logprobs
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 
@@ -55,8 +54,7 @@ class LocalSampler:
     _kept: _KeptCache | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_argument(self.model)
 
     @property
     def pad_id(self) -> int:

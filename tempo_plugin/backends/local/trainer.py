@@ -1,13 +1,20 @@
 """One optimiser step on a list of TrainSamples with the clipped policy-gradient loss.
 
-Samples are packed into right-padded micro-batches (sorted by length, at most
-``tokens_per_micro_batch`` padded tokens each); each micro-batch's loss is weighted by its share
-of the samples, so the accumulated gradient equals that of the mean over all samples. Then the
-gradient norm is clipped and AdamW steps once.
+Samples are packed into right-padded micro-batches (at most ``tokens_per_micro_batch`` padded
+tokens each); each micro-batch's loss is weighted by its share of the samples, so the accumulated
+gradient equals that of the mean over all samples. Then the gradient norm is clipped and AdamW
+steps once.
+
+Samples that share a prompt (the N branches of one start state, the K critic samples of one
+state) go into the same micro-batch, and ``token_logprobs`` runs a prefix that every row of a batch
+shares once, as a key/value cache that each row's remainder attends to. The prefix carries no loss,
+so log-probs and gradients are those of running every row in full; only the work shrinks (a TD
+update of the default tiny run: about 3x fewer tokens through the model).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -19,15 +26,51 @@ from tempo_plugin.rollout.samples import TrainSample
 T = TypeVar("T")
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword a model's forward takes its key/value cache by (``past_key_values`` for Hugging
+    Face models); the returned output carries the updated cache under the same name."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention: torch.Tensor) -> int:
+    """How many leading columns every row holds, with the same token (0 for a single row)."""
+    if input_ids.shape[0] < 2:
+        return 0
+    same = ((input_ids == input_ids[:1]) & (attention > 0)).all(dim=0)
+    differs = torch.nonzero(~same)
+    return int(differs[0]) if len(differs) else input_ids.shape[1]
+
+
+def prefix_run_once(input_ids: torch.Tensor, attention: torch.Tensor, first: int) -> int:
+    """The columns ``token_logprobs`` runs once for all rows: the shared prefix, up to the
+    position that predicts token ``first``."""
+    return min(shared_prefix_length(input_ids, attention), max(1, first) - 1)
+
+
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float,
                    first: int = 1) -> torch.Tensor:
     """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0).
 
     Only the logits that predict tokens ``first`` .. T-1 are computed (the model's
-    ``logits_to_keep``): a training sample's long context needs hidden states, not logits."""
+    ``logits_to_keep``): a training sample's long context needs hidden states, not logits.
+    Rows are right-padded. When they share their first c <= first - 1 tokens (c > 0), those run
+    once, for one row, and the rest of every row attends to their keys/values: the same log-probs
+    and gradients, less work."""
     first = max(1, min(first, input_ids.shape[1]))
     keep = input_ids.shape[1] - first + 1
-    logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1, :].float()
+    shared = prefix_run_once(input_ids, attention, first)
+    if shared > 0:
+        cache_arg = cache_argument(model)
+        prefix = model(input_ids=input_ids[:1, :shared], attention_mask=attention[:1, :shared], use_cache=True,
+                       logits_to_keep=1)
+        cache = getattr(prefix, cache_arg)
+        cache.batch_select_indices(torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device))
+        positions = torch.arange(shared, input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+        output = model(input_ids=input_ids[:, shared:], attention_mask=attention, position_ids=positions,
+                       use_cache=True, logits_to_keep=keep, **{cache_arg: cache})
+    else:
+        output = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep)
+    logits = output.logits[:, -keep:-1, :].float()
     log_dist = torch.log_softmax(logits / temperature, dim=-1)
     picked = log_dist.gather(-1, input_ids[:, first:, None]).squeeze(-1)
     return torch.cat([torch.zeros_like(input_ids[:, :first], dtype=picked.dtype), picked], dim=1)
@@ -58,9 +101,22 @@ def chunk_by_token_budget(items: Sequence[T], length: Callable[[T], int], tokens
 
 
 def micro_batches(samples: Sequence[TrainSample], tokens_per_micro_batch: int) -> list[list[TrainSample]]:
-    """Training micro-batches: samples sorted by length (less padding), chunked by the token budget."""
-    ordered = sorted(samples, key=lambda s: len(s.tokens))
-    return chunk_by_token_budget(ordered, lambda s: len(s.tokens), tokens_per_micro_batch)
+    """Training micro-batches, chunked by the token budget: each group of samples with the same
+    prompt (context before the first trained token) on its own, so ``token_logprobs`` runs that
+    prompt once; then the samples whose prompt no other has, sorted by length (less padding)."""
+    by_prompt: dict[tuple[int, ...], list[TrainSample]] = {}
+    for sample in samples:
+        by_prompt.setdefault(tuple(sample.tokens[: sample.prompt_length]), []).append(sample)
+    batches: list[list[TrainSample]] = []
+    alone: list[TrainSample] = []
+    for group in by_prompt.values():
+        if len(group) == 1:
+            alone += group
+        else:
+            batches += chunk_by_token_budget(sorted(group, key=lambda s: len(s.tokens)), lambda s: len(s.tokens),
+                                             tokens_per_micro_batch)
+    ordered = sorted(alone, key=lambda s: len(s.tokens))
+    return batches + chunk_by_token_budget(ordered, lambda s: len(s.tokens), tokens_per_micro_batch)
 
 
 def pad_rows(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -101,11 +157,13 @@ class PolicyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = len(samples)
         loss_sum = clip_sum = kl_sum = logprob_gap = 0.0
-        gap_count = 0
+        gap_count = model_tokens = 0
         for batch in micro_batches(samples, self.tokens_per_micro_batch):
             tensors = collate(batch, self.pad_id, device)
-            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature,
-                                      first=first_loss_column(tensors["loss_mask"]))
+            first = first_loss_column(tensors["loss_mask"])
+            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first)
+            model_tokens += sum(len(s.tokens) for s in batch) \
+                - (len(batch) - 1) * prefix_run_once(tensors["input_ids"], tensors["attention"], first)
             out = clipped_policy_loss(
                 logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
                 self.eps_clip, self.eps_clip_high,
@@ -129,4 +187,5 @@ class PolicyTrainer:
             "train/sampler_logprob_abs_diff": logprob_gap / max(gap_count, 1),
             "train/loss_tokens": float(gap_count),
             "train/tokens": float(sum(len(s.tokens) for s in samples)),
+            "train/model_tokens": float(model_tokens),  # those run through the model: a shared prefix once
         }
