@@ -13,6 +13,8 @@ for one warm-up and --updates TD updates and reports, from the same run:
   request (what a sampler without a kept KV cache and without shared prompts would prefill), overall
   and for first rounds only (N branches of one start state, K samples of one critic prompt: goal
   <= 1/N + 5%);
+- the trainer's share: tokens it ran through the model (a prefix shared by a micro-batch's rows
+  once) over the tokens of the samples it trained, in the joint steps;
 - the environment's cost per step.
 """
 
@@ -108,6 +110,10 @@ def main() -> None:
     print(f"prefill ratio, all calls: {sampler.prefill_tokens} / {sampler.prompt_tokens} prompt tokens = {ratio:.3f}")
     print(f"prefill ratio, calls that prefill from scratch (first rounds, critic): {first:.3f} "
           f"(goal <= 1/N + 0.05 = {1 / cfg.branches + 0.05:.3f} with N = {cfg.branches}, K = {cfg.critic_samples})")
+    tokens = sum(r.get("train/tokens", 0.0) for r in updates)
+    model_tokens = sum(r.get("train/model_tokens", 0.0) for r in updates)
+    print(f"trainer, joint steps: {model_tokens:.0f} / {tokens:.0f} sample tokens run through the model "
+          f"= {model_tokens / max(tokens, 1.0):.3f} (shared prefixes once)")
     print(f"environment: {env / max(rounds, 1) * 1e3:.3f} ms per step over {int(rounds)} steps")
 
 

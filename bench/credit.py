@@ -16,8 +16,8 @@ updates. It then writes, under ``--out``:
 
 Runs that already finished (a ``summary.json`` in their folder) are not recomputed, so an
 interrupted benchmark continues where it stopped; a finished run is reused only if it was made with
-the same trainer arguments and the same tiny-model bootstrap version (``bench_key.json`` in its
-folder), otherwise it runs again.
+the same settings (its trainer arguments resolved, defaults included) and the same tiny-model
+bootstrap version (``bench_key.json`` in its folder), otherwise it runs again.
 """
 
 from __future__ import annotations
@@ -31,12 +31,14 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, mean_std, read_metrics  # noqa: E402
 from tempo_plugin.backends.local.model import TINY_VERSION  # noqa: E402
+from tempo_plugin.config import parse_config  # noqa: E402
 
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", "--eval-every", "6"],
@@ -65,10 +67,11 @@ def run_slug(name: str) -> str:
 RUN_KEY_FILE = "bench_key.json"
 
 
-def run_key(trainer_args: list[str], tiny_version: int = TINY_VERSION) -> dict:
-    """What a finished run must have been made with to be reused: its trainer arguments and the
-    tiny model's bootstrap version (a new bootstrap changes every run while the arguments stay)."""
-    return {"trainer_args": list(trainer_args), "tiny_version": tiny_version}
+def run_key(trainer_args: Sequence[str], tiny_version: int = TINY_VERSION) -> dict:
+    """What a finished run must have been made with to be reused: every setting its trainer
+    arguments resolve to (defaults included, so a changed default reruns it) and the tiny model's
+    bootstrap version (a new bootstrap changes every run while the settings stay)."""
+    return {"settings": parse_config(list(trainer_args)).to_dict(), "tiny_version": tiny_version}
 
 
 def record_key(out: Path, key: dict) -> None:
@@ -88,7 +91,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
     command = [sys.executable, "-m", "tempo_plugin.train", *METHODS[name], "--seed", str(seed),
                "--td-updates", "1000", "--max-env-steps", str(args.env_steps), "--eval-games", str(args.eval_games),
                "--out", str(out), *args.extra]
-    key = run_key(command[1:])
+    key = run_key(command[3:])
     if reusable(out, key):
         print(f"{name} seed {seed}: done before, reading {out}", flush=True)
         return out

@@ -1,4 +1,4 @@
-"""bench/credit.py reuses a finished run only if it was made with the same arguments and bootstrap."""
+"""bench/credit.py reuses a finished run only if it was made with the same settings and bootstrap."""
 
 import importlib.util
 import json
@@ -20,10 +20,22 @@ def finished_run(folder: Path, key: dict | None) -> Path:
 
 def test_a_recorded_key_reads_back_equal_whatever_sequence_held_the_arguments(tmp_path):
     # JSON turns tuples into lists: a key built from a tuple must still match what was recorded
-    arguments = ("-m", "tempo_plugin.train", "--seed", "1")
+    arguments = ("--seed", "1", "--out", "runs/x")
     folder = finished_run(tmp_path / "run", credit.run_key(arguments, tiny_version=12))
-    assert json.loads((folder / credit.RUN_KEY_FILE).read_text()) == {"trainer_args": list(arguments), "tiny_version": 12}
-    assert credit.reusable(folder, credit.run_key(arguments, tiny_version=12))
+    recorded = json.loads((folder / credit.RUN_KEY_FILE).read_text())
+    assert recorded["tiny_version"] == 12 and recorded["settings"]["seed"] == 1
+    assert credit.reusable(folder, credit.run_key(list(arguments), tiny_version=12))
+
+
+def test_the_key_holds_the_resolved_settings_so_a_changed_default_reruns(tmp_path):
+    from tempo_plugin.config import TempoConfig
+
+    default = TempoConfig().invalid_action_penalty
+    implicit = credit.run_key(["--seed", "0"], tiny_version=12)
+    assert implicit == credit.run_key(["--seed", "0", "--invalid-action-penalty", str(default)], tiny_version=12)
+    # a run made when the default was another value is not reused
+    made_before = credit.run_key(["--seed", "0", "--invalid-action-penalty", str(default + 0.05)], tiny_version=12)
+    assert not credit.reusable(finished_run(tmp_path / "old-default", made_before), implicit)
 
 
 def test_a_finished_run_is_reused_only_with_the_same_key(tmp_path):
@@ -34,6 +46,8 @@ def test_a_finished_run_is_reused_only_with_the_same_key(tmp_path):
     other_budget = credit.run_key(["--seed", "0", "--max-env-steps", "4000"], tiny_version=12)
     assert not credit.reusable(finished_run(tmp_path / "other-args", other_budget), key)
     assert not credit.reusable(finished_run(tmp_path / "no-key", None), key)  # made before keys were recorded
+    trainer_args_only = {"trainer_args": ["--seed", "0", "--max-env-steps", "5000"], "tiny_version": 12}
+    assert not credit.reusable(finished_run(tmp_path / "old-key", trainer_args_only), key)  # the previous key format
 
 
 def test_an_unfinished_run_is_not_reused(tmp_path):
