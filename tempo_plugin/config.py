@@ -40,7 +40,7 @@ class TempoConfig:
     critic_reward: str = field(default="squared", metadata={
         "help": "critic reward: abs = -|V-G|/R_max (the method as specified, pushes towards the median) or "
                 "squared = -(V-G)^2/R_max^2 (pushes towards the mean)", "choices": ("abs", "squared")})
-    invalid_action_penalty: float = field(default=0.1, metadata={
+    invalid_action_penalty: float = field(default=0.2, metadata={
         "help": "c: the actor's return counts -c per action the environment did not accept (TEMPO, multi-turn GRPO); "
                 "the critic's target is unchanged (0: the method as specified)"})
     prefix_is_clip: float = field(default=0.0, metadata={

@@ -161,7 +161,7 @@ def test_invalid_action_penalty_separates_equal_returns(tokenizer, protocol):
     # R' = R - 0.1 u = (1, 1, 1, 0.9): mean 0.975, population std sqrt(3 x 0.025^2 + 0.075^2) / 2 = 0.0433
     rollout, sampler = rollout_for(tokenizer, protocol, wrong_first=set())
     sampler.wasteful_first = frozenset({3})
-    assert rollout.cfg.invalid_action_penalty == 0.1
+    rollout.cfg.invalid_action_penalty = 0.1  # the expectations above are for c = 0.1
     batch = rollout.episode_update(0, [0])
     std = (3 * 0.025 ** 2 + 0.075 ** 2) ** 0.5 / 2
     want = [0.025 / (std + GRPO_STD_EPSILON)] * 3 + [-0.075 / (std + GRPO_STD_EPSILON)]

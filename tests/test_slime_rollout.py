@@ -229,9 +229,9 @@ def test_grpo_baseline_episodes_carry_the_models_logprobs(tmp_path, tiny_model, 
     assert source.game_cursor == 2
     for sample in flat(out.samples):
         check_sample_arrays(sample)
-        # the episode return less 0.1 per action the game did not accept, as on the embedded runtime
+        # the episode return less c = 0.2 (the default) per action the game did not accept, as on the embedded runtime
         meta = sample.metadata
-        assert sample.reward == pytest.approx(float(meta["won"]) - 0.1 * meta["unaccepted_actions"])
+        assert sample.reward == pytest.approx(float(meta["won"]) - 0.2 * meta["unaccepted_actions"])
         ids = torch.tensor([sample.tokens])
         with torch.no_grad():
             reference = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0)[0]
