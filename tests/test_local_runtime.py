@@ -227,3 +227,23 @@ def test_a_step_on_samples_sharing_prompts_has_the_gradient_of_the_mean_per_samp
         (clipped_policy_loss(lp, t["old_logprobs"], t["advantages"], t["loss_mask"]).loss / len(samples)).backward()
     for a, b in zip(stepped, (p.grad for p in model.parameters())):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_the_gradient_through_a_shared_prefix_is_the_same_bits_every_time_with_two_threads(tiny_model):
+    import copy
+
+    model = copy.deepcopy(tiny_model)
+    torch.manual_seed(6)
+    prefix = torch.randint(5, 200, (40,))
+    ids = torch.stack([torch.cat([prefix, torch.randint(5, 200, (6,))]) for _ in range(16)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(4):
+            model.zero_grad()
+            token_logprobs(model, ids, torch.ones_like(ids), 1.0, first=41).sum().backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(g, grads[0]) for g in grads[1:])

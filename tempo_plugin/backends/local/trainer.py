@@ -47,6 +47,19 @@ def prefix_run_once(input_ids: torch.Tensor, attention: torch.Tensor, first: int
     return min(shared_prefix_length(input_ids, attention), max(1, first) - 1)
 
 
+def expand_cache_row(cache: Any, rows: int) -> None:
+    """Turn a one-row key/value cache into ``rows`` identical rows, in place, as expanded views: their
+    backward sums the rows' gradients in a fixed order, where an index copy's backward accumulates in
+    an order that depends on the threads (training was then not reproducible with 2 threads)."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # a cache without per-layer tensors: copy the row
+        cache.batch_repeat_interleave(rows)
+        return
+    for layer in layers:
+        layer.keys = layer.keys.expand(rows, *layer.keys.shape[1:])
+        layer.values = layer.values.expand(rows, *layer.values.shape[1:])
+
+
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float,
                    first: int = 1) -> torch.Tensor:
     """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0).
@@ -64,7 +77,7 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
         prefix = model(input_ids=input_ids[:1, :shared], attention_mask=attention[:1, :shared], use_cache=True,
                        logits_to_keep=1)
         cache = getattr(prefix, cache_arg)
-        cache.batch_select_indices(torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device))
+        expand_cache_row(cache, input_ids.shape[0])
         positions = torch.arange(shared, input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
         output = model(input_ids=input_ids[:, shared:], attention_mask=attention, position_ids=positions,
                        use_cache=True, logits_to_keep=keep, **{cache_arg: cache})
