@@ -88,10 +88,10 @@ def reusable(out: Path, key: dict) -> bool:
 
 def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
     out = Path(args.out) / f"{run_slug(name)}-seed{seed}"
-    command = [sys.executable, "-m", "tempo_plugin.train", *METHODS[name], "--seed", str(seed),
-               "--td-updates", "1000", "--max-env-steps", str(args.env_steps), "--eval-games", str(args.eval_games),
-               "--out", str(out), *args.extra]
-    key = run_key(command[3:])
+    trainer_args = [*METHODS[name], "--seed", str(seed), "--td-updates", "1000", "--max-env-steps", str(args.env_steps),
+                    "--eval-games", str(args.eval_games), "--out", str(out), *args.extra]
+    command = [sys.executable, "-m", "tempo_plugin.train", *trainer_args]
+    key = run_key(trainer_args)
     if reusable(out, key):
         print(f"{name} seed {seed}: done before, reading {out}", flush=True)
         return out

@@ -61,17 +61,19 @@ def expand_cache_row(cache: Any, rows: int) -> None:
 
 
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float,
-                   first: int = 1) -> torch.Tensor:
+                   first: int = 1, shared: int | None = None) -> torch.Tensor:
     """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0).
 
     Only the logits that predict tokens ``first`` .. T-1 are computed (the model's
     ``logits_to_keep``): a training sample's long context needs hidden states, not logits.
     Rows are right-padded. When they share their first c <= first - 1 tokens (c > 0), those run
     once, for one row, and the rest of every row attends to their keys/values: the same log-probs
-    and gradients, less work."""
+    and gradients, less work. ``shared``: ``prefix_run_once`` of these arguments, when the caller
+    has it already."""
     first = max(1, min(first, input_ids.shape[1]))
     keep = input_ids.shape[1] - first + 1
-    shared = prefix_run_once(input_ids, attention, first)
+    if shared is None:
+        shared = prefix_run_once(input_ids, attention, first)
     if shared > 0:
         cache_arg = cache_argument(model)
         prefix = model(input_ids=input_ids[:1, :shared], attention_mask=attention[:1, :shared], use_cache=True,
@@ -117,19 +119,16 @@ def micro_batches(samples: Sequence[TrainSample], tokens_per_micro_batch: int) -
     """Training micro-batches, chunked by the token budget: each group of samples with the same
     prompt (context before the first trained token) on its own, so ``token_logprobs`` runs that
     prompt once; then the samples whose prompt no other has, sorted by length (less padding)."""
+    def length(sample: TrainSample) -> int:
+        return len(sample.tokens)
+
     by_prompt: dict[tuple[int, ...], list[TrainSample]] = {}
     for sample in samples:
         by_prompt.setdefault(tuple(sample.tokens[: sample.prompt_length]), []).append(sample)
-    batches: list[list[TrainSample]] = []
-    alone: list[TrainSample] = []
-    for group in by_prompt.values():
-        if len(group) == 1:
-            alone += group
-        else:
-            batches += chunk_by_token_budget(sorted(group, key=lambda s: len(s.tokens)), lambda s: len(s.tokens),
-                                             tokens_per_micro_batch)
-    ordered = sorted(alone, key=lambda s: len(s.tokens))
-    return batches + chunk_by_token_budget(ordered, lambda s: len(s.tokens), tokens_per_micro_batch)
+    groups = [group for group in by_prompt.values() if len(group) > 1]
+    alone = [group[0] for group in by_prompt.values() if len(group) == 1]
+    return [batch for group in groups + [alone] if group
+            for batch in chunk_by_token_budget(sorted(group, key=length), length, tokens_per_micro_batch)]
 
 
 def pad_rows(rows: Sequence[Sequence[float]], value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -174,9 +173,10 @@ class PolicyTrainer:
         for batch in micro_batches(samples, self.tokens_per_micro_batch):
             tensors = collate(batch, self.pad_id, device)
             first = first_loss_column(tensors["loss_mask"])
-            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first)
-            model_tokens += sum(len(s.tokens) for s in batch) \
-                - (len(batch) - 1) * prefix_run_once(tensors["input_ids"], tensors["attention"], first)
+            shared = prefix_run_once(tensors["input_ids"], tensors["attention"], first)
+            logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
+                                      shared)
+            model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
             out = clipped_policy_loss(
                 logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
                 self.eps_clip, self.eps_clip_high,
