@@ -52,6 +52,9 @@ class TempoConfig:
     normalise_advantages: bool = field(default=True, metadata={
         "help": "divide each TD update's actor advantages by their std over the update's branches (PPO's advantage "
                 "normalisation; false: A_n = R_n - G(s) as specified)"})
+    critic_advantage_std: float = field(default=0.5, metadata={
+        "help": "s > 0: rescale each TD update's critic advantages to std s over the update's K samples of all start "
+                "states (the actor's, with --normalise-advantages, have std 1); 0: A_k = r_k - mean_j r_j as specified"})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
     # algorithm
     advantage_estimator: str = field(default="tempo", metadata={
@@ -197,6 +200,8 @@ class TempoConfig:
             raise ConfigError(f"--gamma and --lambd must be in [0, 1] (got {self.gamma}, {self.lambd})")
         if self.critic_epochs < 1:
             raise ConfigError(f"--critic-epochs must be >= 1 (got {self.critic_epochs})")
+        if not self.critic_advantage_std >= 0:
+            raise ConfigError(f"--critic-advantage-std must be >= 0 (got {self.critic_advantage_std})")
         if not self.critic_learning_rate > 0:
             raise ConfigError(f"--critic-learning-rate must be > 0 (got {self.critic_learning_rate})")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:

@@ -187,3 +187,28 @@ def test_normalise_advantages_divides_the_updates_actor_advantages_by_their_std(
         assert [x / sigma for x in a.advantages] == pytest.approx(b.advantages, rel=1e-9, abs=1e-12)
     critic = lambda batch: [s.advantages for s in batch.samples if s.role != ACTOR]  # noqa: E731
     assert critic(plain) == critic(scaled)
+
+
+def test_critic_advantage_std_rescales_the_updates_critic_advantages(tiny_model, tokenizer, protocol, one_thread):
+    """The same TD update (same seed) with --critic-advantage-std 0 and 0.5: each critic advantage
+    A_k = r_k - mean_j r_j is multiplied by 0.5 / sigma, sigma the population std over the K = 2
+    samples of both start states (4 advantages), computed here from the plain batch's samples;
+    the actor samples are unchanged."""
+    sampler = LocalSampler(tiny_model, tokenizer)
+    states, _ = stored_states(sampler, protocol, tokenizer, config())
+    plain = td_batch(sampler, protocol, states, critic_advantage_std=0.0)
+    scaled = td_batch(sampler, protocol, states, critic_advantage_std=0.5)
+    critic = lambda batch: [s for s in batch.samples if s.role != ACTOR]  # noqa: E731
+    assert plain.metrics["td/dropped_groups"] == 0
+    advantages = [next(a for a in s.advantages if a != 0.0) for s in critic(plain)]
+    assert len(advantages) == 2 * 2  # the scripted answers differ within each state
+    sigma = math.sqrt(sum(a * a for a in advantages) / 4 - (sum(advantages) / 4) ** 2)
+    assert sigma > 0.01
+    assert plain.metrics["critic/advantage_std"] == pytest.approx(sigma, rel=1e-9)
+    assert scaled.metrics["critic/advantage_std"] == pytest.approx(sigma, rel=1e-9)  # the raw std, logged either way
+    assert len(critic(plain)) == len(critic(scaled))
+    for a, b in zip(critic(plain), critic(scaled)):
+        assert a.tokens == b.tokens and a.group == b.group and a.reward == b.reward
+        assert [x * 0.5 / sigma for x in a.advantages] == pytest.approx(b.advantages, rel=1e-9, abs=1e-12)
+    actor = lambda batch: [(s.tokens, s.advantages) for s in batch.samples if s.role == ACTOR]  # noqa: E731
+    assert actor(plain) == actor(scaled)

@@ -296,8 +296,9 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol, re
         return Completion(ids, [logprob] * len(ids), text, "stop")
 
     call = CriticCall(prompt, [completion("<value>0.20</value>", -0.5), completion("<value>0.60</value>", -0.25)])
-    samples, errors = rollout.critic_samples(call, target=0.5, group=4)
-    assert errors == pytest.approx([0.3, 0.1])  # the errors are |V - G| / R_max for either reward
+    samples, signals = rollout.critic_samples(call, target=0.5, group=4)
+    assert signals.errors == pytest.approx([0.3, 0.1])  # the errors are |V - G| / R_max for either reward
+    assert signals.advantages == pytest.approx(advantages)
     assert len(samples) == 2
     for sample, c, adv, r in zip(samples, call.completions, advantages, rewards):
         n = len(c.token_ids)
@@ -312,6 +313,6 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol, re
 
     # equal errors (0.3 and 0.3) -> degenerate -> no samples, errors still reported
     call = CriticCall(prompt, [completion("<value>0.20</value>", -0.5), completion("<value>0.80</value>", -0.5)])
-    samples, errors = rollout.critic_samples(call, target=0.5, group=0)
+    samples, signals = rollout.critic_samples(call, target=0.5, group=0)
     assert samples == []
-    assert errors == pytest.approx([0.3, 0.3])
+    assert signals.errors == pytest.approx([0.3, 0.3])

@@ -40,6 +40,14 @@ PPO's usual advantage normalisation. It keeps the ratios between groups (a branc
 large as the values, so a weak policy, whose values are small, otherwise takes small steps
 (multi-turn GRPO divides by a per-game std and does not have this problem).
 
+With ``--critic-advantage-std`` s > 0 (our addition) the critic advantages of one TD update, all K
+samples of all its kept start states together, are rescaled to std s:
+
+    A_k <- s A_k / sigma_c,   sigma_c = population std of those advantages   (unchanged if sigma_c = 0)
+
+Actor and critic are one model trained in one step, so their advantage scales set their shares of
+each step: the actor's normalised advantages have std 1, the critic's as specified about 0.2-0.3.
+
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
 trajectory through s (1 if it was eventually won, else 0).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -78,3 +79,8 @@ def per_run_values(mask: Sequence[int], values: Sequence[float]) -> list[float]:
             run += 1
         out.append(float(values[run]) if m else 0.0)
     return out
+
+
+def scaled_advantages(sample: TrainSample, factor: float) -> TrainSample:
+    """The same sample with every per-token advantage multiplied by ``factor``."""
+    return dataclasses.replace(sample, advantages=[a * factor for a in sample.advantages])

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.stats import mean, pearson, population_std
-from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, actor_signals, batch_normalised, critic_signals
+from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, CriticSignals, actor_signals, batch_normalised, critic_signals
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
@@ -40,7 +40,7 @@ from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, Rollo
 from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingParams
-from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
+from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample, scaled_advantages
 from tempo_plugin.states.restore import RestoreError, restore_env
 from tempo_plugin.states.state import MacroState
 from tempo_plugin.states.store import StateStore
@@ -133,8 +133,8 @@ class TempoRollout:
             for p in prompts
         ]
 
-    def critic_samples(self, call: CriticCall, target: float, group: int) -> tuple[list[TrainSample], list[float]]:
-        """Critic training samples for one state (none if degenerate) and the K errors."""
+    def critic_samples(self, call: CriticCall, target: float, group: int) -> tuple[list[TrainSample], CriticSignals]:
+        """Critic training samples for one state (none if degenerate) and its K signals (errors, advantages)."""
         signals = critic_signals(call.values, target, self.cfg.r_max, self.cfg.critic_reward)
         samples = []
         if not signals.degenerate:
@@ -145,7 +145,7 @@ class TempoRollout:
                 mask = [0] * len(call.prompt_ids) + [1] * len(completion.token_ids)
                 logprobs = [0.0] * len(call.prompt_ids) + list(completion.logprobs)
                 samples.append(make_sample(tokens, mask, logprobs, advantage, CRITIC, group, reward))
-        return samples, signals.errors
+        return samples, signals
 
     def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float | None]) -> dict[str, float]:
         """``targets[i]`` is call i's value target, None where it has none (a dropped TD group)."""
@@ -213,9 +213,9 @@ class TempoRollout:
         for group, (call, target) in enumerate(zip(calls, targets)):
             if not call.completions:
                 continue
-            group_samples, group_errors = self.critic_samples(call, target, group)
+            group_samples, signals = self.critic_samples(call, target, group)
             samples += group_samples
-            errors += group_errors
+            errors += signals.errors
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -363,6 +363,7 @@ class TempoRollout:
         value_gaps = []
         dropped_groups = 0
         actor: list[tuple[Branch, float, float, int]] = []  # (branch, A_n, R_n, group) of the kept groups
+        critic_raw: list[float] = []  # the K critic advantages A_k of every kept group's start state
         weights, is_metrics = self.prefix_weights(update, start_states)
         for group, (full_group, start_call) in enumerate(zip(groups, start_calls)):
             branch_group = [b for b in full_group if b.stop_reason != ENV_ERROR
@@ -382,9 +383,14 @@ class TempoRollout:
             actor += [(branch, advantage, ret, group) for branch, advantage, ret
                       in zip(branch_group, signals.advantages, signals.returns)]
             if start_call.completions:
-                critic_group, group_errors = self.critic_samples(start_call, signals.value_target, group)
+                critic_group, critic_group_signals = self.critic_samples(start_call, signals.value_target, group)
                 samples += critic_group
-                errors += group_errors
+                errors += critic_group_signals.errors
+                critic_raw += critic_group_signals.advantages
+        critic_sigma = population_std(critic_raw)
+        if cfg.critic_advantage_std > 0 and critic_sigma > ADVANTAGE_EPSILON:
+            factor = cfg.critic_advantage_std / critic_sigma
+            samples = [scaled_advantages(s, factor) if s.role == CRITIC else s for s in samples]
         raw = [advantage for _, advantage, _, _ in actor]
         scaled = batch_normalised(raw) if cfg.normalise_advantages else raw
         for (branch, _, ret, group), advantage in zip(actor, scaled):
@@ -413,6 +419,7 @@ class TempoRollout:
             "actor/value_target_mean": mean([t for t in targets if t is not None]),
             "actor/value_gap_zero_reward": mean(value_gaps),
             "actor/advantage_std": population_std(raw),
+            "critic/advantage_std": critic_sigma,
             "critic/abs_error_mean": mean(errors),
             **self._critic_metrics(start_calls, targets),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
