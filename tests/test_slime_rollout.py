@@ -19,6 +19,7 @@ from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import token_logprobs
 from tempo_plugin.backends.slime.data_source import TempoDataSource, state_path
 from tempo_plugin.backends.slime.reward import post_process
+from tempo_plugin.backends.slime.samples import RETURN
 from tempo_plugin.backends.slime.rollout import generate_grpo_rollout, generate_rollout
 from tempo_plugin.config import ConfigError
 from tempo_plugin.critic.prompt import CRITIC_SYSTEM_PROMPT
@@ -145,7 +146,14 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
         assert all(sample.loss_mask) and re.search(r"<value>[0-9.]+</value>", sample.response)
         assert len(scripted_turns(sample)) == 1
         # r_k = -(V_k - G)^2 / R_max^2 (the default "squared"), V_k in VALUES, G = 1[won] in {0, 1}
-        assert sample.reward in (0.0, -0.0625, -0.25, -0.5625, -1.0)
+        assert sample.metadata[RETURN] in (0.0, -0.0625, -0.25, -0.5625, -1.0)
+    # the reward is the warm-up's critic advantage A_k = r_k - mean_j r_j over the state's K samples
+    # (a group whose K rewards are equal is degenerate and all padding)
+    for group in {s.group_index for s in samples if not s.remove_sample}:
+        members = [s for s in samples if s.group_index == group]
+        assert len(members) == 2
+        mean_r = sum(s.metadata[RETURN] for s in members) / 2
+        assert [s.reward for s in members] == pytest.approx([s.metadata[RETURN] - mean_r for s in members], abs=1e-12)
     assert source.game_cursor == 1
 
     # rollout 1: TD. S = 2 start states x (N = 2 branches + K = 2 critic samples) = 8 samples
@@ -167,12 +175,13 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
         assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n")
     assert len(source.store) == out.metrics["rollout/store/size"] == out.metrics["rollout/td/new_endpoints"] == 4.0
 
-    # the reward post-process centres each group: actor returns within 2g, critic rewards within 2g+1
+    # each sample's reward is its advantage, already centred within its group (actor 2g, critic
+    # 2g+1), so the reward post-process hands the rewards to slime unchanged
     raw, centred = post_process(args, samples)
     assert raw == [s.reward for s in samples]
+    assert centred == pytest.approx(raw, abs=1e-9)
     for group in {s.group_index for s in samples}:
-        members = [c for c, s in zip(centred, samples) if s.group_index == group]
-        assert sum(members) == pytest.approx(0.0, abs=1e-9)
+        assert sum(s.reward for s in samples if s.group_index == group) == pytest.approx(0.0, abs=1e-9)
 
     # rollout 2: TD from stored states; the prompt is now a mid-episode prefix (5 rounds in)
     out = generate_rollout(args, 2, source)
@@ -364,3 +373,22 @@ def test_requests_are_seeded_under_slimes_deterministic_inference_flag(tmp_path,
     seeded = TempoDataSource(slime_args(tmp_path / "b", tokenizer_dir, url,
                                         sglang_enable_deterministic_inference=True)).rollout().sampler
     assert (plain.seed_requests, seeded.seed_requests) == (False, True)
+
+
+def test_a_tempo_sample_hands_slime_its_advantage_not_its_return(slime_types):
+    """What the TD update put in the advantages (here: the return 1.0 less a penalty, centred, scaled
+    by a prefix weight: A = 0.35) is the slime reward; the raw return stays in the metadata; a
+    sample whose trained tokens carry different advantages (Temporal GRPO's kind) is refused."""
+    from tempo_plugin.backends.slime.samples import slime_groups
+    from tempo_plugin.rollout.samples import ACTOR, CRITIC, make_sample
+
+    actor = make_sample([5, 6, 7, 8, 9], [0, 1, 1, 0, 1], [0.0, -0.1, -0.2, 0.0, -0.3], 0.35, ACTOR, 3, 1.0)
+    critic = make_sample([5, 6, 7], [0, 1, 1], [0.0, -0.5, -0.5], -0.04, CRITIC, 3, -0.09)
+    groups = slime_groups([actor, critic], 3, slime_types.Sample, lambda ids: "", pad_token_id=0)
+    (a,), (c,), (pad,) = groups
+    assert (a.group_index, a.reward, a.metadata[RETURN]) == (6, 0.35, 1.0)
+    assert (c.group_index, c.reward, c.metadata[RETURN]) == (7, -0.04, -0.09)
+    assert pad.remove_sample and pad.reward == 0.0
+    uneven = make_sample([5, 6, 7, 8], [0, 1, 0, 1], [0.0, -0.1, 0.0, -0.2], [0.5, -0.5], ACTOR, 0, 1.0)
+    with pytest.raises(ValueError, match="2 different advantages"):
+        slime_groups([uneven], 1, slime_types.Sample, lambda ids: "", pad_token_id=0)

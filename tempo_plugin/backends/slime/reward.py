@@ -9,6 +9,12 @@ sample's scalar reward within its ``group_index`` (mean only, no std division, a
 
 and keeps the raw rewards for slime's logging. A sample without ``group_index`` falls back to
 slime's positional grouping: index // n_samples_per_prompt.
+
+TEMPO's rollout hands slime each sample's advantage as its reward (``samples.from_train_sample``:
+the update's A_n or A_k, with the invalid-action penalty, the normalisations and the prefix
+importance weight already in), and those sum to 0 within every group, so here the centring changes
+nothing but rounding; what the hook is needed for is keeping slime's own normalisation, which
+groups by position and divides by a std, off them.
 """
 
 from __future__ import annotations

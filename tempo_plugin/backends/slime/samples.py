@@ -7,8 +7,12 @@ A slime sample is ``tokens = prompt + response`` with ``response_length`` tokens
   response = the H-round segment; mask 1 on the actor's sampled tokens, 0 on observations and
   turn tokens; log-probs from the sampler, 0 where the mask is 0.
 - critic sample: prompt = the critic prompt, response = the sampled completion (all trained).
-- ``reward`` = the raw return R_n (actor) or the raw critic reward r_k, and the reward post-process
-  centres it per ``group_index`` (actor group of start state g: 2g; its critic group: 2g + 1).
+- ``reward`` = the sample's advantage as the update computed it (``TrainSample.advantages``, one
+  value on all its trained tokens): the actor's A_n with the invalid-action penalty, the
+  normalisation and the prefix importance weight, the critic's A_k with its rescaling. Each group's
+  advantages already sum to 0 (actor group of start state g: 2g; its critic group: 2g + 1), so the
+  reward post-process, which centres per ``group_index``, hands them to slime unchanged (up to
+  rounding). ``metadata[RETURN]`` keeps the raw return R_n or critic reward r_k.
 - padding: two-token samples with ``remove_sample=True`` (slime zeroes their loss masks), all in one
   group after the real ones (one zero-std group in slime's counts, not one per padding sample),
   so a rollout always returns the same number of samples.
@@ -32,6 +36,17 @@ PADDING = "padding"
 TRUNCATED_STOPS = ("trajectory_too_long",)
 TOKEN_ADVANTAGES = "tempo_token_advantages"
 """``metadata`` key of a Temporal GRPO sample's per-response-token advantages."""
+RETURN = "tempo_return"
+"""``metadata`` key of a TEMPO sample's raw return R_n (actor) or critic reward r_k."""
+
+
+def sample_advantage(sample: TrainSample) -> float:
+    """The one advantage every trained token of a TEMPO sample carries; ValueError if they differ."""
+    values = {a for a, m in zip(sample.advantages, sample.loss_mask) if m}
+    if len(values) != 1:
+        raise ValueError(f"{sample.role} sample of group {sample.group} has {len(values)} different advantages on "
+                         f"its trained tokens; a slime TEMPO sample carries one (per-token advantages: token_advantages=True)")
+    return values.pop()
 
 
 def _slime_sample(
@@ -63,12 +78,18 @@ def from_train_sample(
     decode: Callable[[list[int]], str],
     token_advantages: bool = False,
 ) -> Any:
+    """``token_advantages``: Temporal GRPO (reward = the raw return, per-token advantages in the
+    metadata); otherwise TEMPO (reward = the sample's advantage, raw return in the metadata)."""
     metadata: dict[str, Any] = {"tempo_role": sample.role}
     if token_advantages:
         metadata[TOKEN_ADVANTAGES] = [float(a) for a in sample.advantages[sample.prompt_length:]]
+        reward = sample.reward
+    else:
+        metadata[RETURN] = sample.reward
+        reward = sample_advantage(sample)
     return _slime_sample(
         sample_cls, 2 * sample.group + (0 if sample.role == ACTOR else 1), index, sample.tokens, sample.prompt_length,
-        sample.loss_mask, sample.old_logprobs, sample.reward, sample_cls.Status.COMPLETED, metadata, decode,
+        sample.loss_mask, sample.old_logprobs, reward, sample_cls.Status.COMPLETED, metadata, decode,
     )
 
 
