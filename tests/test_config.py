@@ -66,7 +66,7 @@ def test_negative_counts_name_their_flag(name):
     [
         ("--r-max", "0"), ("--r-max", "-1"), ("--temperature", "0"), ("--learning-rate", "-0.001"),
         ("--top-p", "0"), ("--top-p", "1.5"), ("--eps-clip", "-0.1"), ("--eps-clip-high", "-0.1"),
-        ("--weight-decay", "-1"), ("--grad-clip", "-1"),
+        ("--weight-decay", "-1"), ("--grad-clip", "-1"), ("--critic-advantage-std", "-0.5"), ("--critic-advantage-std", "nan"),
     ],
 )
 def test_invalid_floats_name_their_flag(flag_value):
