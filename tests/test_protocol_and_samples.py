@@ -296,7 +296,8 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol, re
         return Completion(ids, [logprob] * len(ids), text, "stop")
 
     call = CriticCall(prompt, [completion("<value>0.20</value>", -0.5), completion("<value>0.60</value>", -0.25)])
-    samples, signals = rollout.critic_samples(call, target=0.5, group=4)
+    signals = rollout.critic_signals(call, target=0.5)
+    samples = rollout.critic_samples(call, signals, group=4)
     assert signals.errors == pytest.approx([0.3, 0.1])  # the errors are |V - G| / R_max for either reward
     assert signals.advantages == pytest.approx(advantages)
     assert len(samples) == 2
@@ -313,6 +314,7 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol, re
 
     # equal errors (0.3 and 0.3) -> degenerate -> no samples, errors still reported
     call = CriticCall(prompt, [completion("<value>0.20</value>", -0.5), completion("<value>0.80</value>", -0.5)])
-    samples, signals = rollout.critic_samples(call, target=0.5, group=0)
+    signals = rollout.critic_signals(call, target=0.5)
+    samples = rollout.critic_samples(call, signals, group=0)
     assert samples == []
     assert signals.errors == pytest.approx([0.3, 0.3])

@@ -297,3 +297,11 @@ def test_batch_normalised_divides_by_the_population_std():
 def test_batch_normalised_leaves_equal_advantages_alone():
     assert batch_normalised([0.0, 0.0, 0.0]) == [0.0, 0.0, 0.0]
     assert batch_normalised([0.2]) == [0.2]
+
+
+def test_critic_scale_is_s_over_sigma_and_1_when_off_or_flat():
+    from tempo_plugin.algorithms.tempo import critic_scale
+
+    assert critic_scale(0.25, 0.5) == 2.0  # 0.5 / 0.25
+    assert critic_scale(0.25, 0.0) == 1.0  # s = 0: the method as specified
+    assert critic_scale(0.0, 0.5) == 1.0  # every advantage 0: nothing to rescale

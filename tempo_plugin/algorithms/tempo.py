@@ -130,6 +130,12 @@ def batch_normalised(advantages: Sequence[float]) -> list[float]:
     return [float(a) / sigma for a in advantages]
 
 
+def critic_scale(sigma: float, std: float) -> float:
+    """The factor s / sigma_c of ``--critic-advantage-std`` s, with sigma_c the population std of the
+    update's critic advantages; 1 when s = 0 (the method as specified) or sigma_c = 0."""
+    return std / sigma if std > 0 and sigma > ADVANTAGE_EPSILON else 1.0
+
+
 CRITIC_REWARDS = ("abs", "squared")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -79,8 +78,3 @@ def per_run_values(mask: Sequence[int], values: Sequence[float]) -> list[float]:
             run += 1
         out.append(float(values[run]) if m else 0.0)
     return out
-
-
-def scaled_advantages(sample: TrainSample, factor: float) -> TrainSample:
-    """The same sample with every per-token advantage multiplied by ``factor``."""
-    return dataclasses.replace(sample, advantages=[a * factor for a in sample.advantages])

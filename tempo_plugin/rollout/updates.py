@@ -31,7 +31,14 @@ from typing import Callable, Sequence
 
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.stats import mean, pearson, population_std
-from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, CriticSignals, actor_signals, batch_normalised, critic_signals
+from tempo_plugin.algorithms.tempo import (
+    ADVANTAGE_EPSILON,
+    CriticSignals,
+    actor_signals,
+    batch_normalised,
+    critic_scale,
+    critic_signals,
+)
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
 from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
@@ -40,7 +47,7 @@ from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, Rollo
 from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Completion, Request, Sampler, SamplingParams
-from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample, scaled_advantages
+from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
 from tempo_plugin.states.restore import RestoreError, restore_env
 from tempo_plugin.states.state import MacroState
 from tempo_plugin.states.store import StateStore
@@ -133,9 +140,13 @@ class TempoRollout:
             for p in prompts
         ]
 
-    def critic_samples(self, call: CriticCall, target: float, group: int) -> tuple[list[TrainSample], CriticSignals]:
-        """Critic training samples for one state (none if degenerate) and its K signals (errors, advantages)."""
-        signals = critic_signals(call.values, target, self.cfg.r_max, self.cfg.critic_reward)
+    def critic_signals(self, call: CriticCall, target: float) -> CriticSignals:
+        """The K critic signals (errors, rewards, advantages) of one state valued towards ``target``."""
+        return critic_signals(call.values, target, self.cfg.r_max, self.cfg.critic_reward)
+
+    def critic_samples(self, call: CriticCall, signals: CriticSignals, group: int, scale: float = 1.0) -> list[TrainSample]:
+        """Critic training samples for one state (none if degenerate), advantage ``scale`` x A_k; a
+        sample whose A_k is 0 is left out."""
         samples = []
         if not signals.degenerate:
             for completion, advantage, reward in zip(call.completions, signals.advantages, signals.rewards):
@@ -144,8 +155,8 @@ class TempoRollout:
                 tokens = call.prompt_ids + completion.token_ids
                 mask = [0] * len(call.prompt_ids) + [1] * len(completion.token_ids)
                 logprobs = [0.0] * len(call.prompt_ids) + list(completion.logprobs)
-                samples.append(make_sample(tokens, mask, logprobs, advantage, CRITIC, group, reward))
-        return samples, signals
+                samples.append(make_sample(tokens, mask, logprobs, advantage * scale, CRITIC, group, reward))
+        return samples
 
     def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float | None]) -> dict[str, float]:
         """``targets[i]`` is call i's value target, None where it has none (a dropped TD group)."""
@@ -213,8 +224,8 @@ class TempoRollout:
         for group, (call, target) in enumerate(zip(calls, targets)):
             if not call.completions:
                 continue
-            group_samples, signals = self.critic_samples(call, target, group)
-            samples += group_samples
+            signals = self.critic_signals(call, target)
+            samples += self.critic_samples(call, signals, group)
             errors += signals.errors
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
@@ -363,7 +374,7 @@ class TempoRollout:
         value_gaps = []
         dropped_groups = 0
         actor: list[tuple[Branch, float, float, int]] = []  # (branch, A_n, R_n, group) of the kept groups
-        critic_raw: list[float] = []  # the K critic advantages A_k of every kept group's start state
+        critic: list[tuple[CriticCall, CriticSignals, int]] = []  # each kept group's start-state critic call
         weights, is_metrics = self.prefix_weights(update, start_states)
         for group, (full_group, start_call) in enumerate(zip(groups, start_calls)):
             branch_group = [b for b in full_group if b.stop_reason != ENV_ERROR
@@ -383,14 +394,12 @@ class TempoRollout:
             actor += [(branch, advantage, ret, group) for branch, advantage, ret
                       in zip(branch_group, signals.advantages, signals.returns)]
             if start_call.completions:
-                critic_group, critic_group_signals = self.critic_samples(start_call, signals.value_target, group)
-                samples += critic_group
-                errors += critic_group_signals.errors
-                critic_raw += critic_group_signals.advantages
-        critic_sigma = population_std(critic_raw)
-        if cfg.critic_advantage_std > 0 and critic_sigma > ADVANTAGE_EPSILON:
-            factor = cfg.critic_advantage_std / critic_sigma
-            samples = [scaled_advantages(s, factor) if s.role == CRITIC else s for s in samples]
+                critic.append((start_call, self.critic_signals(start_call, signals.value_target), group))
+        critic_sigma = population_std([a for _, c, _ in critic for a in c.advantages])
+        scale = critic_scale(critic_sigma, cfg.critic_advantage_std)
+        for call, critic_group, group in critic:
+            samples += self.critic_samples(call, critic_group, group, scale)
+            errors += critic_group.errors
         raw = [advantage for _, advantage, _, _ in actor]
         scaled = batch_normalised(raw) if cfg.normalise_advantages else raw
         for (branch, _, ret, group), advantage in zip(actor, scaled):
