@@ -8,6 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from tempo_plugin.algorithms.stats import pearson
+
 # The metrics the end-of-run table compares (first value, last value, mean of the last quarter)
 # with the phase they are read over (None: every update), and the ones the curves plot.
 SUMMARY_METRICS: tuple[tuple[str, str | None], ...] = (
@@ -36,6 +38,8 @@ PLOTTED_METRICS = ("critic/abs_error_mean", "critic/value_corr", "critic/identic
                    "actor/segment_reward_mean", "actor/degenerate_group_rate", "train/actor_samples",
                    "td/start_round_mean", "actor/value_gap_zero_reward", "store/size", "train/loss",
                    "rollout/success_rate", "eval/success_rate")
+VALUE_PAIRS_FILE = "critic_values.jsonl"  # per update: the critic's mean estimate and the value target of each valued state
+POOLED_CORR = "critic/value_corr_pooled"  # one Pearson over all the states of a quarter of the updates
 SUCCESS_RATE = "eval/success_rate"
 ENV_STEPS = "rollout/env_steps_total"  # environment steps (rounds) of every rollout so far, evaluations excluded
 SLIME_STEP_PREFIXES = ("train/", "rollout/", "multi_turn/", "passrate/", "eval/", "perf/")
@@ -96,6 +100,27 @@ def last_quarter_mean(records: Iterable[dict[str, Any]], key: str, phase: str | 
 
 
 Row = tuple[str, str, "float | None", "float | None", "float | None"]
+
+
+def pooled_corr_row(value_records: list[dict[str, Any]], phase: str = "td") -> list[Row]:
+    """The critic's value correlation pooled over quarters of the ``phase`` updates: (POOLED_CORR,
+    phase, first quarter, last quarter, last quarter), one Pearson over all states of the quarter's
+    updates (records of VALUE_PAIRS_FILE: ``estimate`` and ``target`` lists); [] without such updates.
+
+    ``critic/value_corr`` is one Pearson per update over its S start states: a batch without a lost
+    state has little spread of values to correlate, so its mean over updates swings with which
+    states each batch drew; a quarter's 2 x S or more states pooled do not.
+    """
+    updates = [r for r in value_records if r.get("phase") == phase]
+    if not updates:
+        return []
+    quarter = max(1, len(updates) // 4)
+
+    def pooled(chunk: list[dict[str, Any]]) -> float | None:
+        return pearson([x for r in chunk for x in r["estimate"]], [y for r in chunk for y in r["target"]])
+
+    last = pooled(updates[-quarter:])
+    return [(POOLED_CORR, phase, pooled(updates[:quarter]), last, last)]
 
 
 def mean_std(values: Iterable[float | None]) -> str:

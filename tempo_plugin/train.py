@@ -5,7 +5,7 @@ the base success rate on held-out games, runs the critic warm-up (Monte-Carlo ta
 phase (actor and critic in one update), then measures the final success rate. With
 ``--advantage-estimator grpo`` and no ``--task`` the same loop runs multi-turn GRPO (complete
 episodes, episode return) instead of the two phases. Writes to --out:
-config.yaml, metrics.jsonl, curves.png, summary.json and checkpoints/latest (resume with --resume).
+config.yaml, metrics.jsonl, critic_values.jsonl (the critic's estimate and target per valued state), curves.png, summary.json and checkpoints/latest (resume with --resume).
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from tempo_plugin.metrics import (
     IDENTICAL_PATIENCE,
     IDENTICAL_WARNING,
     SUCCESS_RATE,
+    VALUE_PAIRS_FILE,
     MetricsLog,
     format_table,
     plot_curves,
+    pooled_corr_row,
     summary_dict,
     summary_rows,
 )
@@ -183,6 +185,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
     log = MetricsLog(out / "metrics.jsonl", keep_updates_below=progress.next_update if cfg.resume else None,
                      mirror=wandb_run.log if wandb_run else None)
+    value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
 
     def evaluate(update: int, what: str) -> float:
         print(f"measuring the {what} policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
@@ -235,6 +238,9 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             "throughput/train_tokens_per_s": train_metrics.get("train/tokens", 0.0) / max(train_seconds, 1e-9),
         })
         log.log(metrics)
+        if batch.value_pairs:
+            value_log.log({"phase": phase, "update": update, "estimate": [e for e, _ in batch.value_pairs],
+                           "target": [t for _, t in batch.value_pairs]})
         if cfg.episode_estimator:
             bar.set_postfix(phase=phase, success=f"{metrics['rollout/success_rate']:.2f}")
         else:
@@ -256,8 +262,9 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     if cfg.eval_games > 0:
         evaluate(progress.next_update, "trained")
     log.close()
+    value_log.close()
     records = log.records
-    rows = summary_rows(records)
+    rows = summary_rows(records) + pooled_corr_row(value_log.records)
     plot_curves(records, out / "curves.png")
     if wandb_run:
         wandb_run.finish(out / "curves.png")
@@ -269,7 +276,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     if depths:
         print("TD start states by macro-step index (0 = fresh game): "
               + ", ".join(f"{d}: {n}" for d, n in depths.items()))
-    print(f"outputs: {out}/ (metrics.jsonl, curves.png, summary.json, config.yaml, checkpoints/latest)")
+    print(f"outputs: {out}/ (metrics.jsonl, {VALUE_PAIRS_FILE}, curves.png, summary.json, config.yaml, checkpoints/latest)")
     return summary
 
 

@@ -7,9 +7,11 @@ import pytest
 from tempo_plugin.metrics import (
     IDENTICAL_PATIENCE,
     IDENTICAL_WARNING,
+    POOLED_CORR,
     SUCCESS_RATE,
     format_table,
     last_quarter_mean,
+    pooled_corr_row,
     summary_dict,
     summary_rows,
 )
@@ -57,6 +59,31 @@ def test_last_quarter_mean_by_hand():
     # 9 values: the last 9 // 4 = 2 of them
     nine = [{"phase": "td", "x": float(i)} for i in range(9)]
     assert last_quarter_mean(nine, "x") == pytest.approx(7.5)
+
+
+def test_pooled_corr_row_pools_the_states_of_a_quarter_by_hand():
+    def update(phase, estimate, target):
+        return {"phase": phase, "estimate": estimate, "target": target}
+
+    records = [update("warmup", [0.0, 1.0], [0.0, 1.0])]  # another phase: ignored
+    records += [update("td", [0.2, 0.4], [0.0, 1.0]), update("td", [0.6, 0.8], [1.0, 0.0])]
+    records += [update("td", [0.3, 0.7], [0.1, 0.9])] * 4
+    records += [update("td", [0.5, 0.7], [0.6, 0.4]), update("td", [0.1, 0.9], [0.0, 1.0])]
+    # 8 TD updates: a quarter is 2 of them. First quarter: x = .2 .4 .6 .8, y = 0 1 1 0 -> sxy = 0,
+    # r = 0 (though the first update alone has r = 1). Last quarter: per update r = -1 and +1, mean 0;
+    # pooled x = .5 .7 .1 .9 (mean .55), y = .6 .4 0 1 (mean .5): sxy = .38, sxx = .35, syy = .52,
+    # r = .38 / sqrt(.35 x .52) = 0.890724...
+    (row,) = pooled_corr_row(records)
+    assert row[:2] == (POOLED_CORR, "td")
+    assert row[2] == pytest.approx(0.0, abs=1e-12)
+    assert row[3] == pytest.approx(0.38 / (0.35 * 0.52) ** 0.5, abs=1e-12)
+    assert row[4] == row[3]
+    (warm,) = pooled_corr_row(records, "warmup")  # one update, a quarter of at least one
+    assert warm[2] == pytest.approx(1.0) and warm[3] == pytest.approx(1.0)
+    # no spread of the targets in a quarter: no correlation
+    (flat,) = pooled_corr_row([update("td", [0.1, 0.9], [0.5, 0.5])])
+    assert flat[2:] == (None, None, None)
+    assert pooled_corr_row(records, "grpo") == []
 
 
 def test_summary_rows_skip_absent_metrics_and_end_with_the_eval():

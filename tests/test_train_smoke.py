@@ -19,7 +19,7 @@ def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
     assert main(common + ["--td-updates", "1"]) == 0
     printed = capsys.readouterr().out
     assert "critic/abs_error_mean" in printed and "eval/success_rate" in printed
-    for name in ("config.yaml", "metrics.jsonl", "curves.png", "summary.json"):
+    for name in ("config.yaml", "metrics.jsonl", "critic_values.jsonl", "curves.png", "summary.json"):
         assert (out / name).is_file(), name
     checkpoint = out / "checkpoints" / "latest"
     for name in ("model.safetensors", "optimizer.pt", "store.json", "rng.json", "progress.json", "tokenizer.json"):
@@ -42,6 +42,14 @@ def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
     records = read_metrics(out / "metrics.jsonl")
     updates = [r["update"] for r in records if r["phase"] in ("warmup", "td")]
     assert updates == [0, 1, 2]
+    # each valued state's critic estimate and target, at most one record per update after the resume
+    values = read_metrics(out / "critic_values.jsonl")
+    assert [r["update"] for r in values] == sorted({r["update"] for r in values})
+    assert {r["update"] for r in values} <= {0, 1, 2}
+    for r in values:
+        assert r["phase"] == ("warmup" if r["update"] == 0 else "td")
+        assert len(r["estimate"]) == len(r["target"]) >= 1
+        assert all(0.0 <= v <= 1.0 for v in r["estimate"] + r["target"])
     resumed = [r for r in records if r["update"] == 2 and r["phase"] == "td"][0]
     # the store came back from the checkpoint, so no fresh game was needed
     assert resumed["td/fresh_states"] == 0.0

@@ -61,6 +61,7 @@ class UpdateBatch:
     metrics: dict[str, float]
     new_states: list[MacroState] = field(default_factory=list)
     start_depths: list[int] = field(default_factory=list)  # macro index of each TD start state
+    value_pairs: list[tuple[float, float]] = field(default_factory=list)  # (critic's mean estimate, value target) per valued state
 
 
 def start_states(store: StateStore, cfg: TempoConfig) -> list[MacroState]:
@@ -158,11 +159,16 @@ class TempoRollout:
                 samples.append(make_sample(tokens, mask, logprobs, advantage * scale, CRITIC, group, reward))
         return samples
 
+    @staticmethod
+    def value_pairs(calls: Sequence[CriticCall], targets: Sequence[float | None]) -> list[tuple[float, float]]:
+        """(mean parsed estimate, target) of each state that has a target and a parsed critic value;
+        ``targets[i]`` is call i's value target, None where it has none (a dropped TD group)."""
+        return [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets, strict=True)
+                if t is not None and any(v is not None for v in c.values)]
+
     def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float | None]) -> dict[str, float]:
-        """``targets[i]`` is call i's value target, None where it has none (a dropped TD group)."""
         values = [v for c in calls for v in c.values]
-        answered = [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets, strict=True)
-                    if t is not None and any(v is not None for v in c.values)]
+        answered = self.value_pairs(calls, targets)
         answered_calls = [c for c in calls if c.completions]
         parsed = {v for v in values if v is not None}
         metrics = {
@@ -244,7 +250,7 @@ class TempoRollout:
             "time/critic": critic_seconds,
             "time/env": env_seconds,
         }
-        return UpdateBatch(samples=samples, metrics=metrics)
+        return UpdateBatch(samples=samples, metrics=metrics, value_pairs=self.value_pairs(calls, targets))
 
     # -- TD -----------------------------------------------------------------------------------------
 
@@ -442,7 +448,8 @@ class TempoRollout:
             "time/env": env_seconds,
         }
         return UpdateBatch(samples=samples, metrics=metrics, new_states=new_states,
-                           start_depths=[s.macro_index for s in start_states])
+                           start_depths=[s.macro_index for s in start_states],
+                           value_pairs=self.value_pairs(start_calls, targets))
 
     # -- multi-turn GRPO (the baseline) ---------------------------------------------------------------
 
