@@ -32,6 +32,9 @@ class TempoConfig:
     warmup_updates: int = field(default=6, metadata={"help": "critic-only updates with Monte-Carlo targets"})
     warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
     td_updates: int = field(default=28, metadata={"help": "joint actor+critic TD updates"})
+    mc_refresh_every: int = field(default=4, metadata={
+        "help": "after every this many TD updates, one more critic-only Monte-Carlo update like the warm-up's "
+                "(--warmup-games-per-batch fresh games played to the end; embedded runtime only); 0: never, as specified"})
     state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
     fresh_share: float = field(default=0.25, metadata={"help": "share of every TD batch's start states that are fresh games (round 0); the rest come from the store"})
     max_state_uses: int = field(default=2, metadata={"help": "a stored state leaves the store after this many uses as a start state (0: never)"})
@@ -147,7 +150,8 @@ class TempoConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{flag(name)} must be >= 1 (got {getattr(self, name)})")
-        for name in ("warmup_updates", "td_updates", "bootstrap_steps", "eval_games", "eval_every", "max_state_uses", "max_env_steps"):
+        for name in ("warmup_updates", "td_updates", "mc_refresh_every", "bootstrap_steps", "eval_games", "eval_every",
+                     "max_state_uses", "max_env_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
         if self.total_updates < 1:

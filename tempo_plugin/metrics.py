@@ -10,12 +10,15 @@ from typing import Any, Callable, Iterable
 
 from tempo_plugin.algorithms.stats import pearson
 
+MC_REFRESH = "mc_refresh"  # the phase of a Monte-Carlo refresh's record (--mc-refresh-every)
+
 # The metrics the end-of-run table compares (first value, last value, mean of the last quarter)
 # with the phase they are read over (None: every update), and the ones the curves plot.
 SUMMARY_METRICS: tuple[tuple[str, str | None], ...] = (
     ("critic/abs_error_mean", None),
     ("critic/value_corr", "warmup"),
     ("critic/value_corr", "td"),
+    ("critic/value_corr", MC_REFRESH),
     ("critic/identical_group_rate", None),
     ("critic/parse_failure_rate", None),
     ("actor/segment_reward_mean", "td"),

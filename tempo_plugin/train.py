@@ -33,6 +33,7 @@ from tempo_plugin.metrics import (
     ENV_STEPS,
     IDENTICAL_PATIENCE,
     IDENTICAL_WARNING,
+    MC_REFRESH,
     SUCCESS_RATE,
     VALUE_PAIRS_FILE,
     MetricsLog,
@@ -42,10 +43,10 @@ from tempo_plugin.metrics import (
     summary_dict,
     summary_rows,
 )
-from tempo_plugin.rollout.games import eval_games, train_game
+from tempo_plugin.rollout.games import MC_REFRESH_OFFSET, eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.samples import CRITIC
-from tempo_plugin.rollout.updates import TempoRollout, start_states
+from tempo_plugin.rollout.updates import TempoRollout, mc_refresh_due, start_states
 from tempo_plugin.states.store import StateStore
 from tempo_plugin.wandb_log import WandbRun
 
@@ -223,8 +224,17 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         # model's action format on seed 2 (README, "The critic")
         train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == "td" else 1)
         train_seconds = time.perf_counter() - train_tic
+        refresh = None
+        if phase == "td" and mc_refresh_due(cfg, update):
+            refresh_tic = time.perf_counter()
+            games = [next_game() for _ in range(cfg.warmup_games_per_batch)]
+            refresh = rollout.warmup_update(update + MC_REFRESH_OFFSET, games)
+            refresh_train_tic = time.perf_counter()
+            refresh.metrics.update(train_step(trainer, refresh.samples))
+            refresh.metrics["time/train"] = time.perf_counter() - refresh_train_tic
+            refresh.metrics["time/update"] = time.perf_counter() - refresh_tic
         store.add(batch.new_states)
-        total_seconds = time.perf_counter() - tic
+        total_seconds = time.perf_counter() - tic - (refresh.metrics["time/update"] if refresh else 0.0)
         progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
         for depth in batch.start_depths:
             progress.start_depths[str(depth)] = progress.start_depths.get(str(depth), 0) + 1
@@ -238,9 +248,12 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             "throughput/train_tokens_per_s": train_metrics.get("train/tokens", 0.0) / max(train_seconds, 1e-9),
         })
         log.log(metrics)
-        if batch.value_pairs:
-            value_log.log({"phase": phase, "update": update, "estimate": [e for e, _ in batch.value_pairs],
-                           "target": [t for _, t in batch.value_pairs]})
+        log_value_pairs(value_log, phase, update, batch.value_pairs)
+        if refresh is not None:
+            progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
+            log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),
+                     ENV_STEPS: float(progress.env_steps)})
+            log_value_pairs(value_log, MC_REFRESH, update, refresh.value_pairs)
         if cfg.episode_estimator:
             bar.set_postfix(phase=phase, success=f"{metrics['rollout/success_rate']:.2f}")
         else:
@@ -264,7 +277,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     log.close()
     value_log.close()
     records = log.records
-    rows = summary_rows(records) + pooled_corr_row(value_log.records)
+    rows = summary_rows(records) + pooled_corr_row(value_log.records) + pooled_corr_row(value_log.records, MC_REFRESH)
     plot_curves(records, out / "curves.png")
     if wandb_run:
         wandb_run.finish(out / "curves.png")
@@ -278,6 +291,11 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
               + ", ".join(f"{d}: {n}" for d, n in depths.items()))
     print(f"outputs: {out}/ (metrics.jsonl, {VALUE_PAIRS_FILE}, curves.png, summary.json, config.yaml, checkpoints/latest)")
     return summary
+
+
+def log_value_pairs(value_log: MetricsLog, phase: str, update: int, pairs: list[tuple[float, float]]) -> None:
+    if pairs:
+        value_log.log({"phase": phase, "update": update, "estimate": [e for e, _ in pairs], "target": [t for _, t in pairs]})
 
 
 def warn_if_critic_collapsed(identical_rate: float, progress: Progress, update: int) -> None:

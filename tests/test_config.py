@@ -14,8 +14,8 @@ POSITIVE_INTS = [
     "max_assistant_tokens", "critic_max_tokens", "train_tokens_per_micro_batch", "save_every",
 ]
 NON_NEGATIVE_INTS = [
-    "warmup_updates", "td_updates", "bootstrap_steps", "eval_games", "eval_every", "max_state_uses",
-    "max_env_steps",
+    "warmup_updates", "td_updates", "mc_refresh_every", "bootstrap_steps", "eval_games", "eval_every",
+    "max_state_uses", "max_env_steps",
 ]
 
 

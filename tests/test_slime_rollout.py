@@ -17,6 +17,7 @@ import yaml
 
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import token_logprobs
+from tempo_plugin.backends.slime import settings
 from tempo_plugin.backends.slime.data_source import TempoDataSource, state_path
 from tempo_plugin.backends.slime.reward import post_process
 from tempo_plugin.backends.slime.samples import RETURN
@@ -259,6 +260,12 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     args.custom_config_path = write_yaml(tmp_path / "seed.yaml", seed=3)
     with pytest.raises(ConfigError, match="--seed"):
         TempoDataSource(args)
+    # the Monte-Carlo refresh is embedded-only: refused in the YAML, and 0 when the YAML leaves it out
+    args.custom_config_path = write_yaml(tmp_path / "refresh.yaml", mc_refresh_every=4)
+    with pytest.raises(ConfigError, match="mc_refresh_every 4: .* embedded runtime only"):
+        TempoDataSource(args)
+    args.custom_config_path = write_yaml(tmp_path / "plain.yaml", critic_samples=2)
+    assert settings.tempo_config_from_args(args).mc_refresh_every == 0
     args.custom_config_path = write_yaml(tmp_path / "ok.yaml", critic_samples=2, warmup_updates=1)
     args.n_samples_per_prompt = 1
     with pytest.raises(ConfigError, match="--n-samples-per-prompt must be >= 2"):

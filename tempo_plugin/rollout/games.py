@@ -30,6 +30,10 @@ def sampling_seed(run_seed: int, update: int, stream: int = ROLLOUT) -> int:
     return (run_seed * TRAIN_GAMES_PER_SEED + update) * 31 + stream
 
 
+MC_REFRESH_OFFSET = 10_000
+"""A Monte-Carlo refresh after TD update u samples as update u + this would: streams of its own."""
+
+
 REQUEST_SEED_MODULUS = 2**31 - 1  # per-request seeds stay in a 32-bit signed int, whatever the server does with them
 
 

@@ -12,6 +12,9 @@ instead); N branches x <= H rounds; K critic samples at every start state and ``
 at every non-terminal endpoint; signals from ``algorithms.tempo``; non-terminal endpoints become
 new store states.
 
+Monte-Carlo refresh (``mc_refresh_due``; embedded runtime): after every ``--mc-refresh-every`` TD
+updates, one more warm-up update (critic only, complete episodes of fresh games, the current policy).
+
 Episode update (multi-turn GRPO, the baseline): N complete episodes of each game through the same
 engine; every action of an episode gets the group-relative advantage of its return (less
 ``--invalid-action-penalty`` per action the environment did not accept, as in TEMPO's actor).
@@ -75,6 +78,20 @@ def start_states(store: StateStore, cfg: TempoConfig) -> list[MacroState]:
     """
     fresh = math.ceil(round(cfg.fresh_share * cfg.states_per_batch, 9))  # 0.28 x 25 is 7, not 7.000000000000001
     return store.sample(cfg.states_per_batch - fresh, cfg.max_state_uses)
+
+
+def mc_refresh_due(cfg: TempoConfig, update: int) -> bool:
+    """Whether update ``update`` (a TD update) is followed by a Monte-Carlo refresh of the critic:
+    after every ``--mc-refresh-every`` TD updates (the M-th, 2M-th, ... TD update).
+
+    The critic's TD targets are built from its own values at the endpoints, so a critic that is off
+    is trained towards targets that are off too, and a state whose target is exact (a branch that
+    ends the game) comes up only where the store happens to hold it. The refresh plays fresh games
+    to the end with the current policy and trains the critic on their boundary states towards the
+    outcome (``TempoRollout.warmup_update``): unbiased targets for the current policy, at every depth.
+    """
+    every = cfg.mc_refresh_every
+    return every > 0 and update >= cfg.warmup_updates and (update - cfg.warmup_updates + 1) % every == 0
 
 
 @dataclass(frozen=True)

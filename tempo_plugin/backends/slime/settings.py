@@ -96,7 +96,11 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         raise ConfigError(
             f"--rollout-top-p {args.rollout_top_p} is not supported by the tempo_plugin rollout functions; use 1.0"
         )
-    merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0)}
+    refresh = values.get("mc_refresh_every", values.get("mc-refresh-every", 0))
+    if refresh != 0:
+        raise ConfigError(f"{path}: mc_refresh_every {refresh!r}: the Monte-Carlo refresh of the critic runs on the "
+                          "embedded runtime only; remove it from the YAML (slime runs use 0, the method as specified)")
+    merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0), "mc_refresh_every": 0}
     try:
         cfg = TempoConfig.from_dict(merged, source=source)
     except ConfigError as error:
