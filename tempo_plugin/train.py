@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ from tempo_plugin.metrics import (
 from tempo_plugin.rollout.games import MC_REFRESH_OFFSET, eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.samples import CRITIC
-from tempo_plugin.rollout.updates import TempoRollout, mc_refresh_due, start_states
+from tempo_plugin.rollout.updates import TempoRollout, UpdateBatch, mc_refresh_due, start_states
 from tempo_plugin.states.store import StateStore
 from tempo_plugin.wandb_log import WandbRun
 
@@ -224,15 +224,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         # model's action format on seed 2 (README, "The critic")
         train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == "td" else 1)
         train_seconds = time.perf_counter() - train_tic
-        refresh = None
-        if phase == "td" and mc_refresh_due(cfg, update):
-            refresh_tic = time.perf_counter()
-            games = [next_game() for _ in range(cfg.warmup_games_per_batch)]
-            refresh = rollout.warmup_update(update + MC_REFRESH_OFFSET, games)
-            refresh_train_tic = time.perf_counter()
-            refresh.metrics.update(train_step(trainer, refresh.samples))
-            refresh.metrics["time/train"] = time.perf_counter() - refresh_train_tic
-            refresh.metrics["time/update"] = time.perf_counter() - refresh_tic
+        refresh = mc_refresh(rollout, trainer, update, next_game) if phase == "td" and mc_refresh_due(cfg, update) else None
         store.add(batch.new_states)
         total_seconds = time.perf_counter() - tic - (refresh.metrics["time/update"] if refresh else 0.0)
         progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
@@ -291,6 +283,17 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
               + ", ".join(f"{d}: {n}" for d, n in depths.items()))
     print(f"outputs: {out}/ (metrics.jsonl, {VALUE_PAIRS_FILE}, curves.png, summary.json, config.yaml, checkpoints/latest)")
     return summary
+
+
+def mc_refresh(rollout: TempoRollout, trainer: PolicyTrainer, update: int, next_game: Callable[[], int]) -> UpdateBatch:
+    """The Monte-Carlo refresh after TD update ``update``: a warm-up update on fresh games (sampling
+    streams of its own), trained with one step; its metrics include the step's and its times."""
+    tic = time.perf_counter()
+    refresh = rollout.warmup_update(update + MC_REFRESH_OFFSET, [next_game() for _ in range(rollout.cfg.warmup_games_per_batch)])
+    train_tic = time.perf_counter()
+    refresh.metrics.update(train_step(trainer, refresh.samples))
+    refresh.metrics.update({"time/train": time.perf_counter() - train_tic, "time/update": time.perf_counter() - tic})
+    return refresh
 
 
 def log_value_pairs(value_log: MetricsLog, phase: str, update: int, pairs: list[tuple[float, float]]) -> None:
