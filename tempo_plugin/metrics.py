@@ -175,21 +175,32 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def curve_points(records: Iterable[dict[str, Any]], key: str) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """(update, value) of ``key``: the updates' line, and the Monte-Carlo refreshes' points apart (a
+    refresh shares its TD update's number and measures against other targets)."""
+    present = [r for r in records if r.get(key) is not None]
+    return ([(r["update"], r[key]) for r in present if r.get("phase") != MC_REFRESH],
+            [(r["update"], r[key]) for r in present if r.get("phase") == MC_REFRESH])
+
+
 def plot_curves(records: list[dict[str, Any]], path: str | Path, plotted: tuple[str, ...] = PLOTTED_METRICS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    updates = [r for r in records if r.get("phase") not in (None, "eval")]
+    updates = [r for r in records if r.get("phase") is not None]  # eval records carry only eval/success_rate
     cols = 3
     rows = math.ceil(len(plotted) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
     warmup_end = max((r["update"] for r in updates if r["phase"] == "warmup"), default=None)
     for ax, key in zip(axes.flat, plotted):
-        points = [(r["update"], r[key]) for r in updates if r.get(key) is not None]
+        points, refreshes = curve_points(updates, key)
         if points:
             ax.plot(*zip(*points), marker="o", markersize=3)
+        if refreshes:
+            ax.scatter(*zip(*refreshes), marker="x", s=16, color="tab:orange", label=MC_REFRESH, zorder=3)
+            ax.legend(fontsize=6)
         if warmup_end is not None:
             ax.axvline(warmup_end + 0.5, color="grey", linestyle=":", linewidth=1)
         ax.set_title(key, fontsize=9)

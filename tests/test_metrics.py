@@ -7,8 +7,10 @@ import pytest
 from tempo_plugin.metrics import (
     IDENTICAL_PATIENCE,
     IDENTICAL_WARNING,
+    MC_REFRESH,
     POOLED_CORR,
     SUCCESS_RATE,
+    curve_points,
     format_table,
     last_quarter_mean,
     pooled_corr_row,
@@ -84,6 +86,16 @@ def test_pooled_corr_row_pools_the_states_of_a_quarter_by_hand():
     (flat,) = pooled_corr_row([update("td", [0.1, 0.9], [0.5, 0.5])])
     assert flat[2:] == (None, None, None)
     assert pooled_corr_row(records, "grpo") == []
+
+
+def test_curve_points_keep_the_refreshes_off_the_td_line():
+    records = [{"phase": "td", "update": 6, "critic/value_corr": 0.2},
+               {"phase": "td", "update": 9, "critic/value_corr": 0.4},
+               {"phase": MC_REFRESH, "update": 9, "critic/value_corr": 0.9},
+               {"phase": "td", "update": 10, "critic/value_corr": None},
+               {"phase": "td", "update": 11}]
+    assert curve_points(records, "critic/value_corr") == ([(6, 0.2), (9, 0.4)], [(9, 0.9)])
+    assert curve_points(records, "train/loss") == ([], [])
 
 
 def test_summary_rows_skip_absent_metrics_and_end_with_the_eval():
