@@ -224,9 +224,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         # model's action format on seed 2 (README, "The critic")
         train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == "td" else 1)
         train_seconds = time.perf_counter() - train_tic
-        refresh = mc_refresh(rollout, trainer, update, next_game) if phase == "td" and mc_refresh_due(cfg, update) else None
         store.add(batch.new_states)
-        total_seconds = time.perf_counter() - tic - (refresh.metrics["time/update"] if refresh else 0.0)
+        total_seconds = time.perf_counter() - tic
         progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
         for depth in batch.start_depths:
             progress.start_depths[str(depth)] = progress.start_depths.get(str(depth), 0) + 1
@@ -241,7 +240,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         })
         log.log(metrics)
         log_value_pairs(value_log, phase, update, batch.value_pairs)
-        if refresh is not None:
+        if phase == "td" and mc_refresh_due(cfg, update):
+            refresh = mc_refresh(rollout, trainer, update, next_game)
             progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
             log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),
                      ENV_STEPS: float(progress.env_steps)})

@@ -43,6 +43,8 @@ def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
     updates = [r["update"] for r in records if r["phase"] in ("warmup", "td")]
     assert updates == [0, 1, 2]
     # each valued state's critic estimate and target, at most one record per update after the resume
+    # (the 3-step bootstrap's critic rarely parses, so there may be no record at all; the pairs
+    # themselves are pinned by test_mc_refresh.test_warm_up_value_pairs_by_hand)
     values = read_metrics(out / "critic_values.jsonl")
     assert [r["update"] for r in values] == sorted({r["update"] for r in values})
     assert {r["update"] for r in values} <= {0, 1, 2}

@@ -183,9 +183,11 @@ class TempoRollout:
         return [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets, strict=True)
                 if t is not None and any(v is not None for v in c.values)]
 
-    def _critic_metrics(self, calls: Sequence[CriticCall], targets: Sequence[float | None]) -> dict[str, float]:
+    @staticmethod
+    def _critic_metrics(calls: Sequence[CriticCall], targets: Sequence[float | None],
+                        answered: Sequence[tuple[float, float]]) -> dict[str, float]:
+        """``answered``: ``value_pairs(calls, targets)``."""
         values = [v for c in calls for v in c.values]
-        answered = self.value_pairs(calls, targets)
         answered_calls = [c for c in calls if c.completions]
         parsed = {v for v in values if v is not None}
         metrics = {
@@ -250,6 +252,7 @@ class TempoRollout:
             signals = self.critic_signals(call, target)
             samples += self.critic_samples(call, signals, group)
             errors += signals.errors
+        pairs = self.value_pairs(calls, targets)
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -259,7 +262,7 @@ class TempoRollout:
             "rollout/env_errors": float(len(branches) - len(healthy)),
             "target/mc_return_mean": mean(targets),
             "critic/abs_error_mean": mean(errors),
-            **self._critic_metrics(calls, targets),
+            **self._critic_metrics(calls, targets, pairs),
             **rollout_metrics(rounds),
             "train/critic_samples": float(len(samples)),
             "train/actor_samples": 0.0,
@@ -267,7 +270,7 @@ class TempoRollout:
             "time/critic": critic_seconds,
             "time/env": env_seconds,
         }
-        return UpdateBatch(samples=samples, metrics=metrics, value_pairs=self.value_pairs(calls, targets))
+        return UpdateBatch(samples=samples, metrics=metrics, value_pairs=pairs)
 
     # -- TD -----------------------------------------------------------------------------------------
 
@@ -435,6 +438,7 @@ class TempoRollout:
             if s.round_index < cfg.max_episode_steps and len(s.token_prefix) < cfg.max_trajectory_tokens
         ]
         endpoint_values = [v for c in endpoint_calls for v in c.values]
+        pairs = self.value_pairs(start_calls, targets)
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "td/fresh_states": float(fresh),
@@ -453,7 +457,7 @@ class TempoRollout:
             "actor/advantage_std": population_std(raw),
             "critic/advantage_std": critic_sigma,
             "critic/abs_error_mean": mean(errors),
-            **self._critic_metrics(start_calls, targets),
+            **self._critic_metrics(start_calls, targets, pairs),
             "critic/endpoint_value_mean": mean(list(endpoint_value.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
             **is_metrics,
@@ -466,7 +470,7 @@ class TempoRollout:
         }
         return UpdateBatch(samples=samples, metrics=metrics, new_states=new_states,
                            start_depths=[s.macro_index for s in start_states],
-                           value_pairs=self.value_pairs(start_calls, targets))
+                           value_pairs=pairs)
 
     # -- multi-turn GRPO (the baseline) ---------------------------------------------------------------
 

@@ -58,6 +58,12 @@ SLIME_OWNED: dict[str, str] = {
 }
 """TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
 
+EMBEDDED_ONLY: dict[str, str] = {
+    "mc_refresh_every": "the Monte-Carlo refresh of the critic runs on the embedded runtime only",
+}
+"""TempoConfig fields (off at 0) the slime rollout does not implement: a YAML may not turn them on,
+and a slime run sets them to 0 whatever their local default."""
+
 TEMPORAL_GRPO_ROLLOUT = ".generate_temporal_grpo_rollout"
 """The end of the Temporal GRPO rollout function's dotted path (``rollout.generate_temporal_grpo_rollout``)."""
 
@@ -83,10 +89,12 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
             "may run on any node, so the TEMPO YAML must be at the same path on every node (a shared filesystem)"
         )
     values = read_config_file(path) if path else {}
-    for key in values:
+    for key, value in values.items():
         name = str(key).replace("-", "_")
         if name in SLIME_OWNED:
             raise ConfigError(f"{path}: {key!r} is set by {SLIME_OWNED[name]} on slime; remove it from the YAML")
+        if name in EMBEDDED_ONLY and value != 0:
+            raise ConfigError(f"{path}: {key} {value!r}: {EMBEDDED_ONLY[name]}; remove it from the YAML (slime runs use 0)")
     warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
     if getattr(args, "num_rollout", None) is None:
         raise ConfigError("TEMPO on slime needs --num-rollout (warm-up updates plus TD updates)")
@@ -96,11 +104,7 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         raise ConfigError(
             f"--rollout-top-p {args.rollout_top_p} is not supported by the tempo_plugin rollout functions; use 1.0"
         )
-    refresh = values.get("mc_refresh_every", values.get("mc-refresh-every", 0))
-    if refresh != 0:
-        raise ConfigError(f"{path}: mc_refresh_every {refresh!r}: the Monte-Carlo refresh of the critic runs on the "
-                          "embedded runtime only; remove it from the YAML (slime runs use 0, the method as specified)")
-    merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0), "mc_refresh_every": 0}
+    merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0), **dict.fromkeys(EMBEDDED_ONLY, 0)}
     try:
         cfg = TempoConfig.from_dict(merged, source=source)
     except ConfigError as error:
