@@ -15,7 +15,9 @@
 #   REF_CKPT      Megatron torch_dist checkpoint of the same model (--ref-load); must exist
 #   SAVE_DIR      checkpoint directory (--save and --load); created on launch if missing
 # Optional environment (default):
-#   SLIME_DIR     slime checkout holding train.py (/root/slime, slime's docker image layout)
+#   SLIME_DIR     slime checkout holding train.py (/root/slime, slime's docker image layout); when
+#                 it is a git checkout, it must be at SLIME_PINNED_COMMIT (below)
+#   TEMPO_ALLOW_SLIME_COMMIT  set to "any" to run with SLIME_DIR at another slime commit
 #   MEGATRON_DIR  Megatron-LM checkout, put on the job's PYTHONPATH (/root/Megatron-LM)
 #   NUM_GPUS      GPUs per node (8)
 #   NUM_NODES     nodes for training and rollout (1)
@@ -39,8 +41,15 @@
 # on any node), TEMPO_CONFIG or PROMPT_DATA/EVAL_DATA, HF_CKPT, REF_CKPT, and this repository
 # (the hooks are imported from it through PYTHONPATH). The TEMPO data source checks SAVE_DIR at
 # start-up against SAVE_DIR/tempo_launch_id, written here on the head node.
+#
+# Every launch gets a new launch id. The Ray head, and through it every process of the job, runs
+# with it as TEMPO_LAUNCH_ID; SAVE_DIR/tempo_ray_head records it, so that the next launch on this
+# machine stops exactly those processes (and no other Ray cluster or SGLang server).
 
 TEMPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The slime commit the hooks are written and tested against (README.md, "Running on slime").
+SLIME_PINNED_COMMIT=624b824a898ab0ec1fcb4d373004c7f3852bf515
 
 slime_usage() {
   # The header comment of this file, without the leading '# '.
@@ -53,6 +62,12 @@ slime_abspath() {
     /*) printf '%s\n' "$1" ;;
     *) printf '%s\n' "$PWD/$1" ;;
   esac
+}
+
+# slime_checkout_commit DIR: the commit checked out in DIR; fails (prints nothing) when DIR is not
+# the top of a git checkout or git cannot tell.
+slime_checkout_commit() {
+  [ -e "$1/.git" ] && git -C "$1" rev-parse HEAD 2>/dev/null
 }
 
 # slime_init RECIPE_DIR [ARGS...]
@@ -100,6 +115,11 @@ slime_init() {
   fi
   if [ ! -f "$SLIME_DIR/train.py" ]; then
     errors+=("SLIME_DIR=$SLIME_DIR has no train.py: point it at the slime checkout")
+  fi
+  local head
+  if [ "${TEMPO_ALLOW_SLIME_COMMIT:-}" != any ] && head="$(slime_checkout_commit "$SLIME_DIR")" \
+    && [ "$head" != "$SLIME_PINNED_COMMIT" ]; then
+    errors+=("SLIME_DIR=$SLIME_DIR is at slime commit $head, not the pinned $SLIME_PINNED_COMMIT: run git -C $SLIME_DIR checkout $SLIME_PINNED_COMMIT, or set TEMPO_ALLOW_SLIME_COMMIT=any")
   fi
   if [ -n "${SLIME_PROMPT_DATA_HINT:-}" ]; then
     local data_what="a JSONL file of {\"prompt\": [...], \"label\": ...} lines"
@@ -347,11 +367,12 @@ slime_json_string() {
   printf '"%s"' "$s"
 }
 
-# The launch id of SAVE_DIR: every process of the job carries it as TEMPO_LAUNCH_ID (Ray passes
-# the runtime environment's variables on to its workers and their children, SGLang servers
-# included), so a later launch with the same SAVE_DIR finds exactly the leftovers of this one.
-slime_launch_id() {
-  printf 'tempo-%s\n' "$(printf '%s' "$SAVE_DIR" | cksum | cut -d' ' -f1)"
+# A new launch id: the checksum of SAVE_DIR, the time and a random number, so that two launches
+# never share one, not even two with the same SAVE_DIR. A copy of SAVE_DIR left from an earlier
+# launch therefore holds an id the shared-folder check of the data source rejects.
+slime_new_launch_id() {
+  printf 'tempo-%s-%s-%05d%05d\n' "$(printf '%s' "$SAVE_DIR" | cksum | cut -d' ' -f1)" "$(date +%s)" \
+    "$RANDOM" "$RANDOM"
 }
 
 # slime_extra_requirements EXTRA: the requirement strings of one optional-dependency group of
@@ -360,41 +381,53 @@ slime_extra_requirements() {
   sed -n "s/^$1 = \[\(.*\)\]\$/\1/p" "$TEMPO_ROOT/pyproject.toml" | tr ',' '\n' | sed 's/^ *"//; s/" *$//' | grep -v '^$'
 }
 
-# The runtime environment of the Ray job, as one line of JSON: Megatron and this repository
-# (for the tempo_plugin hooks) on PYTHONPATH, the launch id, and the packages in JOB_PIP (slime's
-# image lacks them; Ray installs them for the job on every node that runs a part of it).
+# slime_runtime_env_json LAUNCH_ID: the runtime environment of the Ray job, as one line of JSON:
+# Megatron and this repository (for the tempo_plugin hooks) on PYTHONPATH, TEMPO_LAUNCH_ID, and the
+# packages in JOB_PIP (slime's image lacks them; Ray installs them for the job on every node that
+# runs a part of it).
 slime_runtime_env_json() {
-  local pythonpath nvls pip="" req
+  local launch_id=$1 pythonpath nvls pip="" req
   pythonpath="$(slime_json_string "$MEGATRON_DIR:$TEMPO_ROOT")"
   nvls="$(slime_nvlink_flag)"
   for req in ${JOB_PIP[@]+"${JOB_PIP[@]}"}; do
     pip+="${pip:+,}$(slime_json_string "$req")"
   done
   printf '{"env_vars":{"PYTHONPATH":%s,"CUDA_DEVICE_MAX_CONNECTIONS":"1",' "$pythonpath"
-  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1","TEMPO_LAUNCH_ID":"%s"}' "$nvls" "$(slime_launch_id)"
+  printf '"NCCL_NVLS_ENABLE":"%s","PYTHONUNBUFFERED":"1","TEMPO_LAUNCH_ID":"%s"}' "$nvls" "$launch_id"
   if [ -n "$pip" ]; then
     printf ',"pip":[%s]' "$pip"
   fi
   printf '}\n'
 }
 
-# slime_stop_previous: stops what an earlier launch of this recipe with the same SAVE_DIR left
-# behind, and nothing else: the Ray head it started (recorded in SAVE_DIR/tempo_ray_head) and
-# SGLang processes whose environment holds its TEMPO_LAUNCH_ID. Other users' Ray clusters and
-# SGLang servers on the host are left alone.
+# slime_launch_pids LAUNCH_ID: the processes on this machine whose environment holds exactly
+# TEMPO_LAUNCH_ID=LAUNCH_ID, one pid per line (only those whose environment this user may read).
+slime_launch_pids() {
+  grep -lzxF -- "TEMPO_LAUNCH_ID=$1" /proc/[0-9]*/environ 2>/dev/null \
+    | sed -n 's#^/proc/\([0-9]*\)/environ$#\1#p'
+}
+
+# slime_stop_previous: stops the processes that the previous launch with this SAVE_DIR left on this
+# machine: those whose environment holds the launch id recorded in SAVE_DIR/tempo_ray_head. They are
+# the Ray head's processes (raylet, GCS, dashboard, workers) and the SGLang servers the workers
+# started, which can outlive their Ray actors. TERM first; KILL for whatever still runs 10 s later.
 slime_stop_previous() {
-  local id pid
-  id="$(slime_launch_id)"
-  if [ -f "$SAVE_DIR/tempo_ray_head" ]; then
-    ray stop --force >/dev/null 2>&1 || true
-    rm -f "$SAVE_DIR/tempo_ray_head"
-  fi
-  for pid in $(pgrep -f sglang 2>/dev/null || true); do
-    if [ -r "/proc/$pid/environ" ] && tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "TEMPO_LAUNCH_ID=$id"; then
-      echo "stopping SGLang process $pid left by the previous launch ($id)"
-      kill -9 "$pid" 2>/dev/null || true
+  local marker="$SAVE_DIR/tempo_ray_head" id pids=() tries=0
+  [ -s "$marker" ] || return 0
+  id="$(<"$marker")"
+  mapfile -t pids < <(slime_launch_pids "$id")
+  if [ "${#pids[@]}" -gt 0 ]; then
+    echo "stopping the processes left by the previous launch ($id): ${pids[*]}"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    while mapfile -t pids < <(slime_launch_pids "$id") && [ "${#pids[@]}" -gt 0 ] && [ "$tries" -lt 10 ]; do
+      sleep 1
+      tries=$((tries + 1))
+    done
+    if [ "${#pids[@]}" -gt 0 ]; then
+      kill -KILL "${pids[@]}" 2>/dev/null || true
     fi
-  done
+  fi
+  rm -f "$marker"
 }
 
 # Prints a command on one line, each word quoted with printf %q. The W&B key is shown as
@@ -426,11 +459,13 @@ slime_launch() {
     unset -n group_ref
   done
 
+  local launch_id
+  launch_id="$(slime_new_launch_id)"
   local ray_start=(ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus "$NUM_GPUS"
     --disable-usage-stats "--dashboard-host=${RAY_DASHBOARD_HOST:-127.0.0.1}" --dashboard-port=8265)
   local ray_worker=(ray start "--address=$MASTER_ADDR:6379" --num-gpus "$NUM_GPUS")
   local ray_submit=(ray job submit --address=http://127.0.0.1:8265
-    "--runtime-env-json=$(slime_runtime_env_json)"
+    "--runtime-env-json=$(slime_runtime_env_json "$launch_id")"
     -- python3 "$SLIME_DIR/train.py" "${train_args[@]}")
 
   if [ "$DRY_RUN" = 1 ]; then
@@ -446,17 +481,18 @@ slime_launch() {
   fi
 
   # Clear what a previous launch may have left: its Ray cluster (which takes the old job with it)
-  # and its SGLang server processes, which can outlive their Ray actors.
+  # and its SGLang server processes.
   mkdir -p "$SAVE_DIR"
   slime_stop_previous
   sleep 3
   # The RolloutManager checks at start-up that it sees this file (SAVE_DIR shared by every node).
-  slime_launch_id >"$SAVE_DIR/tempo_launch_id"
+  printf '%s\n' "$launch_id" >"$SAVE_DIR/tempo_launch_id"
+  # Recorded before the start, so that the next launch also stops a head that failed half-way.
+  printf '%s\n' "$launch_id" >"$SAVE_DIR/tempo_ray_head"
 
   export PYTHONUNBUFFERED=1
-  echo "+ $(slime_print_cmd "${ray_start[@]}")"
-  "${ray_start[@]}"
-  touch "$SAVE_DIR/tempo_ray_head"
+  echo "+ TEMPO_LAUNCH_ID=$launch_id $(slime_print_cmd "${ray_start[@]}")"
+  TEMPO_LAUNCH_ID=$launch_id "${ray_start[@]}"
   if [ "$NUM_NODES" -gt 1 ]; then
     echo "Now join the other $((NUM_NODES - 1)) node(s) with:  $(slime_print_cmd "${ray_worker[@]}")"
     echo "(the job below waits until all $((NUM_NODES * NUM_GPUS)) GPUs are registered)"

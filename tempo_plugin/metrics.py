@@ -45,8 +45,9 @@ VALUE_PAIRS_FILE = "critic_values.jsonl"  # per update: the critic's mean estima
 POOLED_CORR = "critic/value_corr_pooled"  # one Pearson over all the states of a quarter of the updates
 SUCCESS_RATE = "eval/success_rate"
 ENV_STEPS = "rollout/env_steps_total"  # environment steps (rounds) of every rollout so far, evaluations excluded
-SLIME_STEP_PREFIXES = ("train/", "rollout/", "multi_turn/", "passrate/", "eval/", "perf/")
-"""The prefixes slime's wandb setup binds to a step metric (slime/observability/wandb_utils.py)."""
+SLIME_ROLLOUT_STEP_PREFIXES = ("rollout/", "multi_turn/", "passrate/", "perf/")
+"""The prefixes slime's wandb setup binds to ``rollout/step`` (slime/observability/wandb_utils.py),
+the only step its rollout process logs; ``train/`` is bound to ``train/step`` (the train actors')."""
 IDENTICAL_WARNING = 0.9  # warn when critic/identical_group_rate stays at or above this ...
 IDENTICAL_PATIENCE = 3  # ... for this many consecutive updates
 
@@ -79,9 +80,10 @@ class MetricsLog:
 
 
 def slime_metric_names(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The metrics under names slime plots against the rollout step: a name outside
-    ``SLIME_STEP_PREFIXES`` (critic/, td/, store/, actor/, time/ ...) gets ``rollout/`` in front."""
-    return {k if k.startswith(SLIME_STEP_PREFIXES) else f"rollout/{k}": v for k, v in metrics.items()}
+    """A rollout function's metrics under names slime plots against the rollout step: a name outside
+    ``SLIME_ROLLOUT_STEP_PREFIXES`` (critic/, td/, store/, actor/, time/, train/ ...) gets ``rollout/``
+    in front."""
+    return {k if k.startswith(SLIME_ROLLOUT_STEP_PREFIXES) else f"rollout/{k}": v for k, v in metrics.items()}
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

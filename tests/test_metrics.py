@@ -196,6 +196,9 @@ def test_slime_metric_names_prefix_what_slime_would_not_plot():
     from tempo_plugin.metrics import slime_metric_names
 
     named = slime_metric_names({"critic/value_corr": 0.5, "td/fresh_states": 2.0, "store/size": 9.0,
-                                "train/removed_samples": 1.0, "rollout/success_rate": 0.25, "eval/x": 1.0})
+                                "train/removed_samples": 1.0, "rollout/success_rate": 0.25, "eval/x": 1.0,
+                                "perf/y": 2.0})
+    # train/ and eval/ are bound to steps the rollout process never logs (train/step, eval/step)
     assert named == {"rollout/critic/value_corr": 0.5, "rollout/td/fresh_states": 2.0, "rollout/store/size": 9.0,
-                     "train/removed_samples": 1.0, "rollout/success_rate": 0.25, "eval/x": 1.0}
+                     "rollout/train/removed_samples": 1.0, "rollout/success_rate": 0.25, "rollout/eval/x": 1.0,
+                     "perf/y": 2.0}

@@ -36,6 +36,7 @@ ROLLOUT_FUNCTION = {
 # The reward post-process and advantage hook of each tempo.yaml recipe (absent: slime's own).
 REWARD_POST_PROCESS = {
     "tempo": "tempo_plugin.backends.slime.reward.post_process",
+    "grpo": "tempo_plugin.backends.slime.reward.post_process",  # its rewards are advantages already
     "temporal_grpo": "tempo_plugin.backends.slime.temporal_grpo.post_process",
 }
 ADVANTAGE_FUNCTION = {
@@ -70,8 +71,11 @@ PROMPT_SIZES = {
 # Everything the recipes read from the environment: cleared so the caller's shell cannot leak in.
 RECIPE_ENV = [
     "HF_CKPT", "REF_CKPT", "SAVE_DIR", "SLIME_DIR", "MEGATRON_DIR", "NUM_GPUS", "NUM_NODES",
-    "MASTER_ADDR", "TEMPO_CONFIG", "WANDB_KEY", "DRY_RUN", "PROMPT_DATA", "EVAL_DATA",
+    "MASTER_ADDR", "TEMPO_CONFIG", "WANDB_KEY", "DRY_RUN", "PROMPT_DATA", "EVAL_DATA", "TEMPO_ALLOW_SLIME_COMMIT",
+    "TEMPO_LAUNCH_ID",
 ]
+# The slime commit the recipes are pinned to (SLIME_PINNED_COMMIT in scripts/slime_common.sh).
+SLIME_PIN = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 
 STUB = """#!/usr/bin/env bash
 {{ printf '%q ' "$(basename "$0")" "$@"; echo; }} >> "$STUB_LOG"
@@ -91,7 +95,8 @@ def stubs(tmp_path):
     bin_dir = tmp_path / "stub-bin"
     bin_dir.mkdir()
     bodies = {
-        "ray": "exit 0",
+        # also logs, one line per call, the TEMPO_LAUNCH_ID it was started with (empty: none)
+        "ray": 'printf "%s\\n" "${TEMPO_LAUNCH_ID-}" >> "$STUB_LOG.env"',
         "pkill": "exit 1",  # as when nothing matched
         "sleep": "exit 0",
         "nvidia-smi": 'printf "%b" "${STUB_TOPO:-}"',
@@ -140,6 +145,27 @@ def stub_calls(stubs):
     if not log.exists():
         return []
     return [shlex.split(line) for line in log.read_text().splitlines()]
+
+
+def ray_calls(stubs):
+    """Every call of the ray stub, with the TEMPO_LAUNCH_ID in its environment: [(argv, launch_id)]."""
+    env_log = stubs / "calls.log.env"
+    ids = env_log.read_text().splitlines() if env_log.exists() else []
+    calls = [call for call in stub_calls(stubs) if call[0] == "ray"]
+    assert len(calls) == len(ids)
+    return list(zip(calls, ids))
+
+
+def submitted_launch_id(stubs):
+    """TEMPO_LAUNCH_ID in the runtime environment of the last `ray job submit` the stub saw."""
+    submit = [call for call, _ in ray_calls(stubs) if call[:3] == ["ray", "job", "submit"]][-1]
+    [flag] = [a for a in submit if a.startswith("--runtime-env-json=")]
+    return json.loads(flag.split("=", 1)[1])["env_vars"]["TEMPO_LAUNCH_ID"]
+
+
+def forget_calls(stubs):
+    for log in ("calls.log", "calls.log.env"):
+        (stubs / log).unlink(missing_ok=True)
 
 
 def printed_command(stdout, prefix):
@@ -218,6 +244,38 @@ def test_bad_gpu_count_is_reported(stubs, setup):
     result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", NUM_GPUS="eight", **setup)
     assert result.returncode == 2
     assert "NUM_GPUS" in result.stderr
+
+
+def git_checkout(path):
+    """Makes PATH a git checkout holding one commit; returns that commit."""
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True, timeout=10)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "not the pin"], check=True, timeout=10)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, timeout=10, capture_output=True, text=True)
+    return head.stdout.strip()
+
+
+def test_slime_checkout_off_the_pin_is_refused_unless_allowed(stubs, setup):
+    head = git_checkout(setup["SLIME_DIR"])
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", **setup)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: SLIME_DIR=")
+    for part in (setup["SLIME_DIR"], head, SLIME_PIN, "TEMPO_ALLOW_SLIME_COMMIT=any"):
+        assert part in line
+
+    allowed = run("qwen3-4B/tempo.sh", stubs, "--dry-run", TEMPO_ALLOW_SLIME_COMMIT="any", **setup)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_slime_checkout_at_the_pin_is_accepted(stubs, setup):
+    (Path(setup["SLIME_DIR"]) / ".git").mkdir()
+    git = stubs / "git"  # a checkout at the pinned commit, as `git rev-parse HEAD` reports it
+    git.write_text(STUB.format(body=f"echo {SLIME_PIN}"))
+    git.chmod(0o755)
+    result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    assert ["git", "-C", setup["SLIME_DIR"], "rev-parse", "HEAD"] in stub_calls(stubs)
 
 
 # ---------------------------------------------------------------- dry run
@@ -413,33 +471,76 @@ def test_num_gpus_per_node_follows_num_gpus(stubs, setup):
     assert value(args, "--num-gpus-per-node") == "4" and value(args, "--actor-num-gpus-per-node") == "4"
 
 
-def test_relaunch_stops_only_what_the_previous_launch_started(stubs, setup, tmp_path):
-    """SGLang processes of the previous launch (same SAVE_DIR, hence the same TEMPO_LAUNCH_ID in
-    their environment) are killed; an unrelated SGLang process on the host is not. Ray is stopped
-    only when the previous launch started the head."""
+def test_every_launch_gets_a_new_id_which_its_save_dir_holds(stubs, setup, tmp_path):
+    """The id in SAVE_DIR/tempo_launch_id is this launch's TEMPO_LAUNCH_ID, and a relaunch at the same
+    SAVE_DIR gets another one, so a node holding a stale copy of SAVE_DIR fails the shared-folder check."""
+    from tempo_plugin.backends.slime.data_source import check_shared_save_dir
+    from tempo_plugin.config import ConfigError
+
+    save = Path(setup["SAVE_DIR"])
+    ids = []
+    for _ in range(2):
+        forget_calls(stubs)
+        result = run("qwen3-4B/tempo.sh", stubs, **setup)
+        assert result.returncode == 0, result.stderr
+        ids.append(submitted_launch_id(stubs))
+        assert (save / "tempo_launch_id").read_text() == ids[-1] + "\n"
+        if len(ids) == 1:
+            stale = tmp_path / "stale copy"
+            stale.mkdir()
+            (stale / "tempo_launch_id").write_text((save / "tempo_launch_id").read_text())
+    assert ids[0] != ids[1]
+    check_shared_save_dir(str(save), ids[1])
+    with pytest.raises(ConfigError, match="stale copy"):
+        check_shared_save_dir(str(stale), ids[1])
+
+
+def test_relaunch_stops_only_the_processes_of_the_previous_launch(stubs, setup):
+    """The Ray head runs with the launch's TEMPO_LAUNCH_ID in its environment, which its processes
+    (raylet, workers, the SGLang servers they start) inherit. A relaunch sends TERM to every process
+    holding exactly the previous launch's id, and KILL to those that outlive it; processes of other
+    launches or without an id are left alone, and `ray stop`, which stops every Ray cluster on the
+    host, is never run."""
     first = run("qwen3-4B/tempo.sh", stubs, **setup)
     assert first.returncode == 0, first.stderr
-    submitted = [c for c in stub_calls(stubs) if c[:3] == ["ray", "job", "submit"]][0]
-    runtime_env = json.loads(next(a for a in submitted if a.startswith("--runtime-env-json="))[len("--runtime-env-json="):])
-    launch_id = runtime_env["env_vars"]["TEMPO_LAUNCH_ID"]
-    (stubs / "calls.log").unlink()
+    launch_id = submitted_launch_id(stubs)
+    [head_id] = [tag for call, tag in ray_calls(stubs) if call[:3] == ["ray", "start", "--head"]]
+    assert head_id == launch_id
+    forget_calls(stubs)
 
-    def fake_sglang(launch):
-        env = {**os.environ, "TEMPO_LAUNCH_ID": launch}
-        return subprocess.Popen(["bash", "-c", "exec -a sglang-fake-server sleep 60"], env=env)
+    def process(launch, ignore_term=False):
+        env = {k: v for k, v in os.environ.items() if k != "TEMPO_LAUNCH_ID"}
+        if launch is not None:
+            env["TEMPO_LAUNCH_ID"] = launch
+        trap = "trap '' TERM; " if ignore_term else ""  # an ignored signal stays ignored across exec
+        return subprocess.Popen(["bash", "-c", f"{trap}exec sleep 60"], env=env)
 
-    ours, theirs = fake_sglang(launch_id), fake_sglang("someone-else")
+    procs = {}
     try:
-        time.sleep(0.3)
+        procs["previous"] = process(launch_id)
+        procs["previous, ignores TERM"] = process(launch_id, ignore_term=True)
+        procs["another launch"] = process(launch_id + "0")
+        procs["someone else"] = process("someone-else")
+        procs["no launch id"] = process(None)
+        deadline = time.monotonic() + 5
+        while not all(Path(f"/proc/{p.pid}/comm").read_text().strip() == "sleep" for p in procs.values()):
+            assert time.monotonic() < deadline, "the test processes did not start"
+            time.sleep(0.05)
+
         second = run("qwen3-4B/tempo.sh", stubs, **setup)
         assert second.returncode == 0, second.stderr
-        assert ours.wait(timeout=5) == -9
-        assert theirs.poll() is None
-        calls = [c for c in stub_calls(stubs) if c[0] != "nvidia-smi"]
-        assert calls[0] == ["ray", "stop", "--force"] and not any(c[0] == "pkill" for c in calls)
+        assert procs["previous"].wait(timeout=5) == -15
+        assert procs["previous, ignores TERM"].wait(timeout=5) == -9
+        for name in ("another launch", "someone else", "no launch id"):
+            assert procs[name].poll() is None, name
+        calls = [call for call in stub_calls(stubs) if call[0] != "nvidia-smi"]
+        assert not any(call[:2] == ["ray", "stop"] or call[0] == "pkill" for call in calls)
+        ray = [call[:3] for call in calls if call[0] == "ray"]
+        assert ray == [["ray", "start", "--head"], ["ray", "job", "submit"]]
     finally:
-        for proc in (ours, theirs):
-            proc.kill()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
             proc.wait()
 
 

@@ -20,9 +20,12 @@ from tempo_plugin.backends.local.trainer import token_logprobs
 from tempo_plugin.backends.slime import settings
 from tempo_plugin.backends.slime.data_source import TempoDataSource, state_path
 from tempo_plugin.backends.slime.reward import post_process
-from tempo_plugin.backends.slime.samples import RETURN
+from tempo_plugin.backends.slime.samples import RETURN, sample_advantage
 from tempo_plugin.backends.slime.rollout import generate_grpo_rollout, generate_rollout
 from tempo_plugin.config import ConfigError
+from tempo_plugin.envs.chain import VaultChainEnv
+from tempo_plugin.envs.pool import EnvPool
+from tempo_plugin.rollout.games import train_game
 from tempo_plugin.critic.prompt import CRITIC_SYSTEM_PROMPT
 from tempo_plugin.rollout.sampler import Completion
 
@@ -46,7 +49,8 @@ class ScriptedPolicy:
     Each draw is seeded by the prompt's text and by how often it was asked before, so the
     rollouts do not depend on the order in which concurrent HTTP requests reach the server."""
 
-    def __init__(self, tokenizer, protocol):
+    def __init__(self, tokenizer, protocol, invalid_share: float = 0.0):
+        self.invalid_share = invalid_share  # share of actor turns that name an action the game refuses
         self.tokenizer = tokenizer
         self.end = protocol.stop_token_ids[0]
         self.seen = Counter()
@@ -63,6 +67,8 @@ class ScriptedPolicy:
             else:
                 actions = [a for a in re.findall(r"Actions: ([^<\n]*)", prompt)[-1].split(", ") if a != "open vault"]
                 text = f"<action>{rng.choice(actions)}</action>"
+                if self.invalid_share and rng.random() < self.invalid_share:
+                    text = "<action>dance</action>"
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.end]
             finish = "stop"
             if len(ids) > request.max_new_tokens:
@@ -81,11 +87,11 @@ def slime_args(tmp_path, tokenizer_dir, url, tempo=None, **overrides):
     """slime's arguments; ``tempo`` adds TEMPO settings to the custom config file."""
     host, port = url.removeprefix("http://").split(":")
     values = dict(
-        custom_config_path=write_yaml(
-            tmp_path / "tempo.yaml", macro_rounds=5, max_episode_steps=40, critic_samples=2, endpoint_samples=1,
-            warmup_updates=1, warmup_games_per_batch=1, max_assistant_tokens=16, critic_max_tokens=12, eval_games=3,
-            **(tempo or {}),
-        ),
+        custom_config_path=write_yaml(tmp_path / "tempo.yaml", **{
+            "macro_rounds": 5, "max_episode_steps": 40, "critic_samples": 2, "endpoint_samples": 1,
+            "warmup_updates": 1, "warmup_games_per_batch": 1, "max_assistant_tokens": 16, "critic_max_tokens": 12,
+            "eval_games": 3, **(tempo or {}),
+        }),
         rollout_batch_size=2, n_samples_per_prompt=2, rollout_temperature=1.0, rollout_top_p=1.0, seed=0,
         num_rollout=3, global_batch_size=4, hf_checkpoint=tokenizer_dir, sglang_router_ip=host,
         sglang_router_port=int(port), save=str(tmp_path / "ckpt"), load=str(tmp_path / "ckpt"),
@@ -134,9 +140,9 @@ def test_tempo_warmup_then_td_over_http(tmp_path, tokenizer, protocol, tokenizer
     out = generate_rollout(args, 0, source)
     samples = flat(out.samples)
     assert len(samples) == 4 and out.metrics["rollout/warmup/boundary_states"] == 2.0
-    assert out.metrics["train/removed_samples"] == 4 - sum(not s.remove_sample for s in samples) < 4
-    # every metric under a prefix slime's wandb binds to a step; all padding in one group
-    assert all(k.startswith(("rollout/", "train/", "eval/", "perf/", "multi_turn/", "passrate/")) for k in out.metrics)
+    assert out.metrics["rollout/train/removed_samples"] == 4 - sum(not s.remove_sample for s in samples) < 4
+    # every metric under a prefix slime's wandb binds to the rollout step; all padding in one group
+    assert all(k.startswith(("rollout/", "perf/", "multi_turn/", "passrate/")) for k in out.metrics)
     assert len({s.group_index for s in samples if s.remove_sample}) == 1
     for sample in samples:
         check_sample_arrays(sample)
@@ -225,31 +231,75 @@ def test_evaluation_returns_slimes_eval_format(tmp_path, tokenizer, protocol, to
         assert sample.reward == reward
 
 
-def test_grpo_baseline_episodes_carry_the_models_logprobs(tmp_path, tiny_model, tokenizer, tokenizer_dir, serve, slime_types):
+def test_episodes_carry_the_models_logprobs(tmp_path, tiny_model, tokenizer, tokenizer_dir, serve, slime_types):
+    """The served log-probs of complete episodes (here the evaluation's, which keeps every episode:
+    the untrained tiny model's training groups are degenerate) are the model's."""
     url = serve(LocalSampler(tiny_model, tokenizer))
     args = slime_args(
         tmp_path, tokenizer_dir, url, rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
     )
-    args.custom_config_path = write_yaml(tmp_path / "grpo.yaml", max_episode_steps=16, macro_rounds=8, max_assistant_tokens=4)
-    source = TempoDataSource(args)
-    out = generate_grpo_rollout(args, 0, source)
-    # S = 2 games x N = 2 episodes, grouped by game, in slime's positional order
-    assert [len(g) for g in out.samples] == [2, 2]
-    assert [[s.group_index for s in g] for g in out.samples] == [[0, 0], [1, 1]]
-    assert source.game_cursor == 2
-    for sample in flat(out.samples):
+    args.custom_config_path = write_yaml(tmp_path / "grpo.yaml", max_episode_steps=16, macro_rounds=8,
+                                         max_assistant_tokens=4, eval_games=2)
+    out = generate_grpo_rollout(args, 0, TempoDataSource(args), evaluation=True)
+    samples = out.data["success_rate"]["samples"]
+    assert len(samples) == 2
+    for sample in samples:
         check_sample_arrays(sample)
-        # the episode return less c = 0.2 (the default) per action the game did not accept, as on the embedded runtime
-        meta = sample.metadata
-        assert sample.reward == pytest.approx(float(meta["won"]) - 0.2 * meta["unaccepted_actions"])
         ids = torch.tensor([sample.tokens])
         with torch.no_grad():
             reference = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0)[0]
         start = len(sample.tokens) - sample.response_length
         mask = torch.tensor(sample.loss_mask).bool()
         served = torch.tensor(sample.rollout_log_probs)
-        assert torch.allclose(reference[start:][mask], served[mask], atol=1e-4)
-    assert any(s.metadata["unaccepted_actions"] > 0 for s in flat(out.samples))  # the penalty was exercised
+        assert mask.any() and torch.allclose(reference[start:][mask], served[mask], atol=1e-4)
+
+
+class RaisesOnGame(VaultChainEnv):
+    """The vault chain, except that every action in game ``DOOMED`` raises (a crashed simulator)."""
+
+    DOOMED = -1
+
+    def step(self, action):
+        if self.game.seed == self.DOOMED:
+            raise RuntimeError("simulator crashed")
+        return super().step(action)
+
+
+def test_grpo_on_slime_is_the_embedded_episode_update(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types,
+                                                      monkeypatch):
+    """The slime rollout runs the embedded runtime's ``episode_update``: the same samples and
+    advantages (the reward), and a game whose environment raised is dropped, not trained with a
+    response cut short (at round 0: an empty one)."""
+    games = [train_game(0, 0), train_game(0, 1)]
+    monkeypatch.setattr(RaisesOnGame, "DOOMED", games[0])
+
+    def grpo_source(name):
+        # each source gets a fresh scripted policy: the same episodes for the same games
+        args = slime_args(tmp_path / name, tokenizer_dir, serve(ScriptedPolicy(tokenizer, protocol, 0.3)),
+                          rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout")
+        source = TempoDataSource(args)
+        source.rollout().envs = EnvPool(lambda: RaisesOnGame(max_steps=40))  # T = 40, as slime_args sets it
+        return args, source
+
+    for name in ("slime", "embedded"):
+        (tmp_path / name).mkdir()
+    args, source = grpo_source("slime")
+    out = generate_grpo_rollout(args, 0, source)
+    embedded = grpo_source("embedded")[1].rollout().episode_update(0, games)
+
+    samples = flat(out.samples)
+    assert len(samples) == 4 and out.metrics["rollout/env_errors"] == 2.0
+    real = [s for s in samples if not s.remove_sample]
+    assert all(s.group_index != 0 for s in samples if not s.remove_sample)  # game 0's group (actor group 0)
+    assert len(real) == len(embedded.samples) == 2, "game 1's two episodes differ in refused actions"
+    for sample in real:
+        check_sample_arrays(sample)
+    by_tokens = {tuple(s.tokens): s for s in real}
+    for train_sample in embedded.samples:
+        sample = by_tokens[tuple(train_sample.tokens)]
+        assert sample.reward == pytest.approx(sample_advantage(train_sample))
+        assert sample.loss_mask == train_sample.loss_mask[train_sample.prompt_length:]
+    assert out.metrics["rollout/train/removed_samples"] == 2.0
 
 
 def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
@@ -399,3 +449,32 @@ def test_a_tempo_sample_hands_slime_its_advantage_not_its_return(slime_types):
     uneven = make_sample([5, 6, 7, 8], [0, 1, 0, 1], [0.0, -0.1, 0.0, -0.2], [0.5, -0.5], ACTOR, 0, 1.0)
     with pytest.raises(ValueError, match="2 different advantages"):
         slime_groups([uneven], 1, slime_types.Sample, lambda ids: "", pad_token_id=0)
+
+
+def test_a_decaying_learning_rate_needs_tempos_step_count(tmp_path, tokenizer_dir):
+    """slime sizes Megatron's schedule for --num-rollout x S x N / --global-batch-size steps; a TEMPO
+    run of the recipe's sizes takes 20 warm-up rollouts of 32 x 8 = 256 samples (1 step each) and 280
+    TD rollouts of 32 x (8 + 8) = 512 (2 steps each): 580, not 300."""
+    recipe = dict(rollout_batch_size=32, n_samples_per_prompt=8, num_rollout=300, global_batch_size=256)
+    tempo = dict(critic_samples=8, warmup_updates=20)
+    args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", tempo=tempo, **recipe)
+    cfg = settings.tempo_config_from_args(args)
+    counts = settings.sample_counts(cfg, args.rollout_function_path)
+    assert settings.optimiser_steps(cfg, counts, 256, 300) == 20 * 1 + 280 * 2 == 580
+    assert settings.optimiser_steps(cfg, counts, 256, 10) == 10  # all warm-up
+    TempoDataSource(args)  # no decay style given: constant, nothing depends on the count
+
+    args.lr_decay_style = "cosine"
+    with pytest.raises(ConfigError, match=r"sizes the schedule for 300 optimiser steps but this run takes 580.*"
+                                          r"pass --lr-decay-iters 580$"):
+        TempoDataSource(args)
+    args.lr_decay_iters = 580
+    TempoDataSource(args)
+    args.weight_decay_incr_style = "linear"
+    with pytest.raises(ConfigError, match="no flag corrects that; use --weight-decay-incr-style constant"):
+        TempoDataSource(args)
+
+    # multi-turn GRPO's rollouts hold S x N samples: slime's count is right, any schedule goes
+    grpo = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", tempo=tempo, lr_decay_style="cosine",
+                      rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout", **recipe)
+    TempoDataSource(grpo)

@@ -84,8 +84,8 @@ def test_rollout_carries_the_per_token_advantages_of_stage_update(
         assert len(samples) == 4 and [s.index for s in samples] == list(range(4 * rollout_id, 4 * rollout_id + 4))
         real = [s for s in samples if not s.remove_sample]
         padding = [s for s in samples if s.remove_sample]
-        assert samples == real + padding and len({s.group_index for s in padding}) <= 1
-        assert out.metrics["train/removed_samples"] == len(padding) == 4 - len(batch.samples)
+        assert len({s.group_index for s in padding}) <= 1  # one padding group, spread over the steps
+        assert out.metrics["rollout/train/removed_samples"] == len(padding) == 4 - len(batch.samples)
         assert out.metrics["rollout/actor/degenerate_group_rate"] == batch.metrics["actor/degenerate_group_rate"]
         for sample, train in zip(real, batch.samples, strict=True):
             check_sample_arrays(sample)

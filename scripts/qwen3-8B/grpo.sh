@@ -15,11 +15,12 @@ source "$RECIPE_DIR/../slime_common.sh"
 slime_recipe "$RECIPE_DIR" grpo "$@"   # model, parallel and shared arrays; exits 2 on a missing setting
 
 # The baseline hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
-# No --custom-reward-post-process-path: slime's own GRPO normalisation groups the rollout into
-# rollout-batch-size groups of n-samples-per-prompt consecutive samples, which is exactly how the
-# episodes are laid out (the episodes of one game are adjacent).
+# The rollout hands slime each episode's group-relative advantage as its reward (the embedded
+# runtime's multi-turn GRPO update), so slime's own normalisation must stay off it: the reward
+# post-process of tempo.sh keeps the rewards as they are (they are centred per game already).
 PLUGIN_ARGS=(
   --rollout-function-path tempo_plugin.backends.slime.rollout.generate_grpo_rollout
+  --custom-reward-post-process-path tempo_plugin.backends.slime.reward.post_process
   # Keeps the global dataset on (no --disable-rollout-global-dataset), as in tempo.sh.
   --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource
   --custom-config-path "$TEMPO_CONFIG"   # the same tempo.yaml: game and episode settings

@@ -27,7 +27,13 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from tempo_plugin.backends.slime.settings import check_global_batch_size, sample_counts, tempo_config_from_args
+from tempo_plugin.backends.slime.settings import (
+    check_global_batch_size,
+    check_lr_schedule,
+    optimiser_steps,
+    sample_counts,
+    tempo_config_from_args,
+)
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.rollout.games import train_game
 from tempo_plugin.states.store import StateStore
@@ -81,6 +87,8 @@ class TempoDataSource:
         self.cfg: TempoConfig = tempo_config_from_args(args)
         counts = sample_counts(self.cfg, str(getattr(args, "rollout_function_path", "")))
         check_global_batch_size(getattr(args, "global_batch_size", None), counts)
+        if getattr(args, "global_batch_size", None) is not None:
+            check_lr_schedule(args, optimiser_steps(self.cfg, counts, args.global_batch_size, int(args.num_rollout)))
         self.store = StateStore(self.cfg.state_store_capacity, seed=self.cfg.seed + 1)
         self.game_cursor = 0
         self._rollout: Any = None

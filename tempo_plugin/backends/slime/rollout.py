@@ -6,8 +6,10 @@ the store topped up with fresh games, N branches x H rounds, critic at start sta
 Both run through the shared engine (``rollout.updates.TempoRollout``) with an HTTP Sampler on the
 SGLang router's ``/generate``; the state store lives in ``TempoDataSource``.
 
-``generate_grpo_rollout``: the multi-turn GRPO baseline on the same environment: S games x N
-complete episodes, reward = episode return; slime's own GRPO normalisation groups them.
+``generate_grpo_rollout``: the multi-turn GRPO baseline on the same environment, the embedded
+runtime's ``TempoRollout.episode_update``: S games x N complete episodes, each sample's reward its
+group-relative advantage (a game whose environment raised is dropped, as are degenerate groups:
+padding), so it needs the reward post-process of TEMPO too.
 
 ``generate_temporal_grpo_rollout``: Temporal GRPO (``TempoRollout.stage_update``): S games x N
 complete episodes; each sample carries its per-token stage advantages in its metadata (see
@@ -17,9 +19,10 @@ episodes (all advantages ~0) are padding. Needs the hooks of ``temporal_grpo``.
 With ``evaluation=True`` all three play ``eval_games`` held-out games once each and return the success
 rate as slime's eval output, logged as ``eval/success_rate``.
 
-slime plots a rollout function's metrics against the rollout step only under its own prefixes
-(``metrics.SLIME_STEP_PREFIXES``), so ``critic/value_corr`` is returned as
-``rollout/critic/value_corr``, and so on.
+slime logs a rollout function's metrics with ``rollout/step``, and its wandb setup plots a name
+against that step only under the prefixes bound to it (``metrics.SLIME_ROLLOUT_STEP_PREFIXES``), so
+``critic/value_corr`` is returned as ``rollout/critic/value_corr``, ``train/actor_samples`` as
+``rollout/train/actor_samples``, and so on.
 """
 
 from __future__ import annotations
@@ -27,14 +30,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tempo_plugin.algorithms.stats import mean
 from tempo_plugin.backends.slime.data_source import TempoDataSource
 from tempo_plugin.backends.slime.samples import from_episode, slime_groups
 from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games, sampling_seed
-from tempo_plugin.rollout.updates import rollout_metrics, shaped_episode_return, start_states
+from tempo_plugin.rollout.updates import UpdateBatch, start_states
 
 
 def slime_types() -> SimpleNamespace:
@@ -69,16 +71,8 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
         batch = rollout.td_update(rollout_id, start_states(source.store, cfg), source.next_game)
         source.store.add(batch.new_states)
         count = td_sample_count(cfg)
-    tokenizer = rollout.protocol.tokenizer
-    groups = slime_groups(
-        batch.samples, count, types.Sample, tokenizer.decode, _pad_token_id(tokenizer), first_index=rollout_id * count
-    )
-    metrics = {
-        **batch.metrics,
-        "store/size": float(len(source.store)),
-        "train/removed_samples": float(count - len(batch.samples)),
-    }
-    return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
+    batch.metrics["store/size"] = float(len(source.store))
+    return train_output(batch, count, rollout_id, rollout, types)
 
 
 def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
@@ -89,18 +83,7 @@ def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
     cfg = source.cfg
     rollout = source.rollout()
     games = [source.next_game() for _ in range(cfg.states_per_batch)]
-    branches = rollout.play_episodes(games, seed=sampling_seed(cfg.seed, rollout_id), episodes_per_game=cfg.branches)
-    decode = rollout.protocol.tokenizer.decode
-    first = rollout_id * episode_sample_count(cfg)
-    samples = [from_episode(b, shaped_episode_return(b, cfg.invalid_action_penalty), types.Sample, first + i, decode)
-               for i, b in enumerate(branches)]
-    groups = [samples[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games))]
-    metrics = {
-        "rollout/success_rate": mean([float(b.won) for b in branches]),
-        "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
-        **rollout_metrics([r for b in branches for r in b.rounds]),
-    }
-    return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
+    return train_output(rollout.episode_update(rollout_id, games), episode_sample_count(cfg), rollout_id, rollout, types)
 
 
 def generate_temporal_grpo_rollout(args, rollout_id, data_source, evaluation=False):
@@ -111,13 +94,17 @@ def generate_temporal_grpo_rollout(args, rollout_id, data_source, evaluation=Fal
     cfg = source.cfg
     rollout = source.rollout()
     games = [source.next_game() for _ in range(cfg.states_per_batch)]
-    batch = rollout.stage_update(rollout_id, games)
-    count = episode_sample_count(cfg)
+    return train_output(rollout.stage_update(rollout_id, games), episode_sample_count(cfg), rollout_id, rollout, types,
+                        token_advantages=True)
+
+
+def train_output(batch: UpdateBatch, count: int, rollout_id: int, rollout: Any, types: SimpleNamespace,
+                 token_advantages: bool = False) -> Any:
+    """slime's train output of one update: its samples as exactly ``count`` slime samples (padding
+    included, ``samples.slime_groups``), its metrics under names slime plots against the rollout step."""
     tokenizer = rollout.protocol.tokenizer
-    groups = slime_groups(
-        batch.samples, count, types.Sample, tokenizer.decode, _pad_token_id(tokenizer), first_index=rollout_id * count,
-        token_advantages=True,
-    )
+    groups = slime_groups(batch.samples, count, types.Sample, tokenizer.decode, _pad_token_id(tokenizer),
+                          first_index=rollout_id * count, token_advantages=token_advantages)
     metrics = {**batch.metrics, "train/removed_samples": float(count - len(batch.samples))}
     return types.TrainOutput(samples=groups, metrics=slime_metric_names(metrics))
 

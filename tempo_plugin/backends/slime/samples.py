@@ -14,8 +14,12 @@ A slime sample is ``tokens = prompt + response`` with ``response_length`` tokens
   reward post-process, which centres per ``group_index``, hands them to slime unchanged (up to
   rounding). ``metadata[RETURN]`` keeps the raw return R_n or critic reward r_k.
 - padding: two-token samples with ``remove_sample=True`` (slime zeroes their loss masks), all in one
-  group after the real ones (one zero-std group in slime's counts, not one per padding sample),
-  so a rollout always returns the same number of samples.
+  group (one zero-std group in slime's counts, not one per padding sample), so a rollout always
+  returns the same number of samples.
+- order (``step_order``): slime cuts a rollout into optimiser steps of ``--global-batch-size``
+  samples in list order, so actor groups, critic groups and padding are interleaved in proportion:
+  every step of a TD rollout trains actor and critic together, as the embedded runtime's one step
+  does, and holds its share of the padding.
 - Temporal GRPO (``token_advantages=True``): the sample also carries its per-token advantages,
   response part only (one per response token, 0 on context tokens), in
   ``metadata[TOKEN_ADVANTAGES]``; a padding sample carries ``[0.0]``. The reward post-process of
@@ -27,7 +31,7 @@ tests where slime is not installed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from tempo_plugin.rollout.engine import Branch
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
@@ -36,6 +40,7 @@ PADDING = "padding"
 TRUNCATED_STOPS = ("trajectory_too_long",)
 TOKEN_ADVANTAGES = "tempo_token_advantages"
 """``metadata`` key of a Temporal GRPO sample's per-response-token advantages."""
+T = TypeVar("T")
 RETURN = "tempo_return"
 """``metadata`` key of a TEMPO sample's raw return R_n (actor) or critic reward r_k."""
 
@@ -123,6 +128,26 @@ def padding_sample(sample_cls: Any, group_index: int, index: int, token_id: int,
     )
 
 
+def step_order(streams: Sequence[Sequence[Sequence[T]]]) -> list[Sequence[T]]:
+    """The units (lists of samples kept together) of several streams in one sequence in which every
+    prefix holds each stream's samples in proportion to the stream's total, to within one unit.
+
+    slime cuts a rollout's samples into optimiser steps of ``--global-batch-size`` in list order, so
+    with this order each step of a TD rollout holds actor and critic samples (and padding) in the
+    rollout's proportions. Unit u of stream s, after c_u of the stream's T_s samples, is keyed by
+    the share of its stream done at its middle, (c_u + |u| / 2) / T_s; the units are sorted by key
+    (ties: stream order, then position).
+    """
+    keyed = []
+    for s, stream in enumerate(streams):
+        total = sum(len(unit) for unit in stream)
+        done = 0
+        for u, unit in enumerate(stream):
+            keyed.append(((done + len(unit) / 2) / total, s, u, unit))
+            done += len(unit)
+    return [unit for *_, unit in sorted(keyed, key=lambda k: k[:3])]
+
+
 def slime_groups(
     samples: Sequence[TrainSample],
     count: int,
@@ -132,17 +157,24 @@ def slime_groups(
     first_index: int = 0,
     token_advantages: bool = False,
 ) -> list[list[Any]]:
-    """Exactly ``count`` slime samples grouped by ``group_index``: the update's, then padding.
-    ``token_advantages`` puts each sample's per-token advantages in its metadata (Temporal GRPO)."""
+    """Exactly ``count`` slime samples: the update's, grouped by ``group_index``, and padding
+    samples (one group, ``remove_sample=True``) to fill the count, in ``step_order`` of three
+    streams: actor groups, critic groups, padding samples. ``index`` counts up in that order from
+    ``first_index``. ``token_advantages`` puts each sample's per-token advantages in its metadata
+    (Temporal GRPO)."""
     if len(samples) > count:
         raise RuntimeError(f"the update produced {len(samples)} samples, more than the fixed layout of {count}")
     groups: dict[int, list[Any]] = {}
-    for i, sample in enumerate(samples):
-        converted = from_train_sample(sample, sample_cls, first_index + i, decode, token_advantages)
+    for sample in samples:
+        converted = from_train_sample(sample, sample_cls, 0, decode, token_advantages)
         groups.setdefault(converted.group_index, []).append(converted)
-    first_padding_group = max(groups, default=-1) + 1
-    padding = [
-        padding_sample(sample_cls, first_padding_group, first_index + len(samples) + j, pad_token_id, token_advantages)
-        for j in range(count - len(samples))
+    padding_group = max(groups, default=-1) + 1
+    streams = [
+        [g for g in groups.values() if g[0].metadata["tempo_role"] == ACTOR],
+        [g for g in groups.values() if g[0].metadata["tempo_role"] != ACTOR],
+        [[padding_sample(sample_cls, padding_group, 0, pad_token_id, token_advantages)] for _ in range(count - len(samples))],
     ]
-    return list(groups.values()) + ([padding] if padding else [])
+    ordered = [list(unit) for unit in step_order(streams)]
+    for index, sample in enumerate(s for unit in ordered for s in unit):
+        sample.index = first_index + index
+    return ordered

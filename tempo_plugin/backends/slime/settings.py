@@ -160,3 +160,38 @@ def check_global_batch_size(global_batch_size: int | None, counts: dict[str, int
                 f"--global-batch-size {global_batch_size} does not divide the {count} samples of a {phase} rollout; "
                 f"slime would drop {count % global_batch_size} of them (see tempo_plugin/backends/slime/settings.py)"
             )
+
+
+def optimiser_steps(cfg: TempoConfig, counts: dict[str, int], global_batch_size: int, num_rollout: int) -> int:
+    """The optimiser steps of a run of ``num_rollout`` rollouts (``sample_counts``' phases): each
+    rollout's samples over ``--global-batch-size``; TEMPO's first ``warmup_updates`` are warm-ups."""
+    if "warm-up" not in counts:
+        return num_rollout * (counts[next(iter(counts))] // global_batch_size)
+    warmup = min(cfg.warmup_updates, num_rollout)
+    return warmup * (counts["warm-up"] // global_batch_size) + (num_rollout - warmup) * (counts["TD"] // global_batch_size)
+
+
+def check_lr_schedule(args: Any, steps: int) -> None:
+    """Refuse a decaying schedule that slime would size for another number of optimiser steps.
+
+    slime sizes Megatron's schedule as if every rollout held ``--rollout-batch-size x
+    --n-samples-per-prompt`` samples (``train_iters``, which ``--lr-decay-iters`` defaults to); a TEMPO
+    TD rollout holds S x (N + K). With a constant rate nothing depends on it."""
+    slime_steps = int(args.num_rollout) * int(args.rollout_batch_size) * int(args.n_samples_per_prompt) \
+        // int(args.global_batch_size)
+    if steps == slime_steps:
+        return
+    style = getattr(args, "lr_decay_style", "constant")
+    if style != "constant" and getattr(args, "lr_decay_iters", None) is None:
+        raise ConfigError(
+            f"--lr-decay-style {style}: slime sizes the schedule for {slime_steps} optimiser steps but this run "
+            f"takes {steps} (its rollouts hold more samples than --rollout-batch-size x --n-samples-per-prompt); "
+            f"pass --lr-decay-iters {steps}"
+        )
+    wd_style = getattr(args, "weight_decay_incr_style", "constant")
+    if wd_style != "constant":
+        raise ConfigError(
+            f"--weight-decay-incr-style {wd_style}: slime sizes it for {slime_steps} optimiser steps but this run "
+            f"takes {steps}, and no flag corrects that; use --weight-decay-incr-style constant"
+        )
+
