@@ -22,6 +22,11 @@ def make_mpu(cp_size: int = 1, cp_rank: int = 0, cp_group=None) -> types.ModuleT
     mpu = types.ModuleType("megatron.core.mpu")
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: cp_size if with_context_parallel else 1
     mpu.is_pipeline_last_stage = lambda *a, **k: True
+    # tensor parallel size 1: slime's vocab-parallel log-prob asks for the group (None: the default
+    # group, or no all-reduce at all without a process group)
+    mpu.get_tensor_model_parallel_group = lambda *a, **k: None
+    mpu.get_tensor_model_parallel_world_size = lambda: 1
+    mpu.get_tensor_model_parallel_rank = lambda: 0
     set_cp(mpu, cp_size, cp_rank, cp_group)
     return mpu
 

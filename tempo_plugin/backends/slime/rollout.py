@@ -35,7 +35,7 @@ from tempo_plugin.backends.slime.samples import from_episode, slime_groups
 from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
-from tempo_plugin.rollout.games import eval_games, sampling_seed
+from tempo_plugin.rollout.games import eval_games
 from tempo_plugin.rollout.updates import UpdateBatch, start_states
 
 
