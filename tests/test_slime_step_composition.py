@@ -69,7 +69,8 @@ RECIPE = dict(states=32, branches=8, critic_samples=8)  # scripts/qwen3-{4B,8B}/
     dict(RECIPE, gbs=256, dp=4),  # the recipes: a TD rollout of 32 x (8 + 8) = 512 samples is 2 steps
     dict(RECIPE, gbs=256, dp=4, dropped=(3, 7, 11, 30), no_critic=(5, 9, 31), short_actor={13: 6, 0: 2}),
     dict(RECIPE, gbs=128, dp=4, dropped=tuple(range(0, 32, 3)), no_critic=(1, 2)),  # 4 steps, a third dropped
-    dict(states=2, branches=2, critic_samples=2, gbs=4, dp=1),  # the CPU end-to-end run's sizes
+    dict(states=2, branches=2, critic_samples=2, gbs=4, dp=1),  # test_slime_rollout's sizes
+    dict(states=2, branches=2, critic_samples=4, gbs=4, dp=1),  # the CPU end-to-end run's: 3 steps
 ])
 def test_each_step_holds_actor_and_critic_in_the_rollouts_proportion(case, slime_types):
     samples = td_samples(case["states"], case["branches"], case["critic_samples"], case.get("dropped", ()),
@@ -80,28 +81,27 @@ def test_each_step_holds_actor_and_critic_in_the_rollouts_proportion(case, slime
     totals = {role: sum(step[role] for step in steps) for role in (ACTOR, CRITIC, PADDING)}
     assert totals == {ACTOR: sum(s.role == ACTOR for s in samples), CRITIC: sum(s.role == CRITIC for s in samples),
                       PADDING: count - len(samples)}
-    # within one group of the rollout's proportion: N actor samples, K critic samples, 1 padding sample
+    # each role within one sample of its share of the step (an actor group is N samples, a critic group K)
     for step in steps:
-        assert abs(step[ACTOR] - totals[ACTOR] / len(steps)) <= case["branches"], steps
-        assert abs(step[CRITIC] - totals[CRITIC] / len(steps)) <= case["critic_samples"], steps
-        assert abs(step[PADDING] - totals[PADDING] / len(steps)) <= 1, steps
-        assert step[ACTOR] > 0 and step[CRITIC] > 0
+        for role in (ACTOR, CRITIC, PADDING):
+            assert abs(step[role] - totals[role] / len(steps)) <= 1, steps
+        assert step[ACTOR] >= 1 and step[CRITIC] >= 1  # every case has at least 4/3 of each per step
 
 
 def test_step_order_by_hand():
-    # stream A: units of 2, 2 (middles at shares 0.25, 0.75); B: one unit of 3 (0.5); C: 1, 1 (0.25, 0.75)
-    order = step_order([[["a1", "a2"], ["a3", "a4"]], [["b1", "b2", "b3"]], [["c1"], ["c2"]]])
-    assert order == [["a1", "a2"], ["c1"], ["b1", "b2", "b3"], ["a3", "a4"], ["c2"]]
-    assert step_order([[], [["x"]]]) == [["x"]]
+    # keys (i + 1/2) / T: a 1/8, 3/8, 5/8, 7/8; b 1/6, 1/2, 5/6; c 1/4, 3/4
+    order = step_order([["a1", "a2", "a3", "a4"], ["b1", "b2", "b3"], ["c1", "c2"]])
+    assert order == ["a1", "b1", "c1", "a2", "b2", "a3", "c2", "b3", "a4"]
+    assert step_order([[], ["x"]]) == ["x"]
 
 
-def test_groups_stay_whole_and_indices_count_up_in_list_order(slime_types):
+def test_runs_of_one_group_are_lists_and_indices_count_up_in_list_order(slime_types):
+    # actor samples of groups 0, 0, 2, 2, 4, 4 (keys 1/12, 3/12, ...), critic 1, 1, 3, 3 (1/8, 3/8, ...),
+    # padding 5, 5 (1/4, 3/4): sorted, ties by stream, then cut into runs of one group_index
     samples = td_samples(3, 2, 2, no_critic=(2,))
     groups = slime_groups(samples, 12, slime_types.Sample, lambda ids: "", pad_token_id=0, first_index=24)
-    flat = [s for unit in groups for s in unit]
-    assert [s.index for s in flat] == list(range(24, 36))
-    real = [unit for unit in groups if not unit[0].remove_sample]
-    assert sorted((unit[0].group_index, len(unit)) for unit in real) == [(0, 2), (1, 2), (2, 2), (3, 2), (4, 2)]
-    assert all(len({s.group_index for s in unit}) == 1 for unit in groups)
+    assert [s.index for unit in groups for s in unit] == list(range(24, 36))
+    assert [[s.group_index for s in unit] for unit in groups] == [
+        [0], [1], [0], [5], [1], [2, 2], [3], [4], [5], [3], [4]]
     assert [unit[0].metadata["tempo_role"] for unit in groups] == [
-        "actor", "critic", "padding", "actor", "critic", "padding", "actor"]
+        "actor", "critic", "actor", "padding", "critic", "actor", "critic", "actor", "padding", "critic", "actor"]

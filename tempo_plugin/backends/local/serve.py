@@ -11,6 +11,14 @@ and ``meta_info`` with ``output_token_logprobs`` ([logprob, token_id, None] per 
 ``meta_info.input_token_logprobs`` has [logprob, token_id, None] per prompt token, None for the first. ``GET
 /health`` answers 200. Requests that arrive together are batched into one sampler call, so
 concurrent branches share a forward pass (and the sampler's kept KV cache).
+
+What slime asks of an external engine (``--rollout-external-engine-addrs``) besides ``/generate``:
+``GET /server_info`` (also ``/get_server_info``, SGLang's older name) describes the engine: one
+GPU-free engine without tensor, pipeline or data parallelism and without the memory saver (slime
+compares ``enable_memory_saver`` with its own setting); ``GET /model_info`` names the model. When
+slime is pointed at this server as its router too (``--sglang-router-ip/--sglang-router-port``),
+it registers its engines with ``POST /workers`` (``{"url": ..., "worker_type": ...}``); the server
+records them (``GET /workers`` lists them) and keeps serving every request itself.
 """
 
 from __future__ import annotations
@@ -205,12 +213,46 @@ def vocab_size_of(sampler: Sampler) -> int | None:
     return int(embeddings.num_embeddings) if embeddings is not None else None
 
 
+def server_info(model_path: str) -> dict[str, Any]:
+    """The ``/server_info`` answer: the SGLang ServerArgs fields slime reads of an external engine."""
+    return {
+        "model_path": model_path,
+        "tp_size": 1,
+        "pp_size": 1,
+        "dp_size": 1,
+        "ep_size": 1,
+        "num_gpus": 1,  # slime counts one rollout "GPU" per engine; this one runs wherever it was started
+        "enable_memory_saver": False,
+        "disaggregation_mode": "null",
+    }
+
+
+MAX_WORKERS = 64
+"""Registrations ``POST /workers`` keeps (slime registers one per engine); more are refused 400."""
+
+
+def parse_worker(payload: Any) -> dict[str, str]:
+    """A ``POST /workers`` body (a router registration): {"url": "http://...", "worker_type"?: str}."""
+    if not isinstance(payload, dict):
+        raise BadRequest(f"the body must be a JSON object, not {type(payload).__name__}")
+    url = payload.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise BadRequest(f"url must be an http(s) URL string (got {url!r})")
+    worker_type = payload.get("worker_type", "regular")
+    if worker_type != "regular":
+        raise BadRequest(f"worker_type {worker_type!r}: this server serves regular workers only (no prefill/decode split)")
+    return {"url": url, "worker_type": worker_type}
+
+
 def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, stop_token_ids: tuple[int, ...] = (),
-                limits: ServerLimits | None = None) -> ThreadingHTTPServer:
+                limits: ServerLimits | None = None, model_path: str = "") -> ThreadingHTTPServer:
     """A ready server (call ``serve_forever``); ``stop_token_ids`` are added to every request's.
-    Every malformed request is answered 4xx with a one-line reason before it reaches the model."""
+    Every malformed request is answered 4xx with a one-line reason before it reaches the model.
+    ``model_path`` is what ``/server_info`` and ``/model_info`` report."""
     limits = limits or ServerLimits(vocab_size=vocab_size_of(sampler))
     worker = BatchingWorker(sampler)
+    workers: list[dict[str, str]] = []  # registered through POST /workers, in arrival order
+    workers_lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         timeout = limits.read_timeout_s  # socket timeout: a stalled client cannot hold a thread forever
@@ -226,6 +268,14 @@ def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, st
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
             if self.path in ("/health", "/health_generate"):
                 self._send(200, {"status": "ok"})
+            elif self.path in ("/server_info", "/get_server_info"):
+                self._send(200, server_info(model_path))
+            elif self.path in ("/model_info", "/get_model_info"):
+                self._send(200, {"model_path": model_path, "tokenizer_path": model_path, "is_generation": True})
+            elif self.path == "/workers":
+                with workers_lock:
+                    listed = [{"id": str(i), **w} for i, w in enumerate(workers)]
+                self._send(200, {"workers": listed})
             else:
                 self._send(404, {"error": f"no route {self.path}"})
 
@@ -249,7 +299,29 @@ def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, st
             except (json.JSONDecodeError, UnicodeDecodeError) as error:
                 raise BadRequest(f"the body is not JSON: {error}") from None
 
+        def _register(self) -> None:
+            try:
+                entry = parse_worker(self._body())
+            except BadRequest as error:
+                self.close_connection = True
+                self._send(error.status, {"error": str(error)})
+                return
+            except TimeoutError:
+                self.close_connection = True
+                return
+            with workers_lock:
+                full = entry not in workers and len(workers) >= MAX_WORKERS
+                if not full and entry not in workers:
+                    workers.append(entry)
+            if full:
+                self._send(400, {"error": f"{MAX_WORKERS} workers are registered already; at most {MAX_WORKERS}"})
+                return
+            self._send(200, {"status": "ok", "url": entry["url"]})
+
         def do_POST(self) -> None:  # noqa: N802
+            if self.path == "/workers":
+                self._register()
+                return
             if self.path != "/generate":
                 self._send(404, {"error": f"no route {self.path}"})
                 return
@@ -295,7 +367,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
     model, tokenizer = load_pretrained(args.model, resolve_device(args.device))
-    server = make_server(LocalSampler(model, tokenizer), args.host, args.port, ChatProtocol(tokenizer).stop_token_ids)
+    server = make_server(LocalSampler(model, tokenizer), args.host, args.port, ChatProtocol(tokenizer).stop_token_ids,
+                         model_path=args.model)
     print(f"serving {args.model} on http://{args.host}:{server.server_address[1]}/generate", flush=True)
     server.serve_forever()
 

@@ -17,9 +17,10 @@ A slime sample is ``tokens = prompt + response`` with ``response_length`` tokens
   group (one zero-std group in slime's counts, not one per padding sample), so a rollout always
   returns the same number of samples.
 - order (``step_order``): slime cuts a rollout into optimiser steps of ``--global-batch-size``
-  samples in list order, so actor groups, critic groups and padding are interleaved in proportion:
-  every step of a TD rollout trains actor and critic together, as the embedded runtime's one step
-  does, and holds its share of the padding.
+  samples in list order, so actor samples, critic samples and padding are interleaved in
+  proportion: every step of a TD rollout trains actor and critic together, as the embedded
+  runtime's one step does, and holds its share of the padding. A group may span two steps: each
+  sample is its own rollout in slime's loss, and its advantage is fixed before slime sees it.
 - Temporal GRPO (``token_advantages=True``): the sample also carries its per-token advantages,
   response part only (one per response token, 0 on context tokens), in
   ``metadata[TOKEN_ADVANTAGES]``; a padding sample carries ``[0.0]``. The reward post-process of
@@ -31,6 +32,7 @@ tests where slime is not installed.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Sequence, TypeVar
 
 from tempo_plugin.rollout.engine import Branch
@@ -128,24 +130,17 @@ def padding_sample(sample_cls: Any, group_index: int, index: int, token_id: int,
     )
 
 
-def step_order(streams: Sequence[Sequence[Sequence[T]]]) -> list[Sequence[T]]:
-    """The units (lists of samples kept together) of several streams in one sequence in which every
-    prefix holds each stream's samples in proportion to the stream's total, to within one unit.
+def step_order(streams: Sequence[Sequence[T]]) -> list[T]:
+    """The items of several streams in one sequence in which every prefix holds each stream's
+    items in proportion to the stream's length, to within about one item.
 
     slime cuts a rollout's samples into optimiser steps of ``--global-batch-size`` in list order, so
     with this order each step of a TD rollout holds actor and critic samples (and padding) in the
-    rollout's proportions. Unit u of stream s, after c_u of the stream's T_s samples, is keyed by
-    the share of its stream done at its middle, (c_u + |u| / 2) / T_s; the units are sorted by key
-    (ties: stream order, then position).
+    rollout's proportions. Item i of a stream of T items is keyed by the share of its stream done
+    at its middle, (i + 1/2) / T; the items are sorted by key (ties: stream order).
     """
-    keyed = []
-    for s, stream in enumerate(streams):
-        total = sum(len(unit) for unit in stream)
-        done = 0
-        for u, unit in enumerate(stream):
-            keyed.append(((done + len(unit) / 2) / total, s, u, unit))
-            done += len(unit)
-    return [unit for *_, unit in sorted(keyed, key=lambda k: k[:3])]
+    keyed = [((i + 0.5) / len(stream), s, i, item) for s, stream in enumerate(streams) for i, item in enumerate(stream)]
+    return [item for *_, item in sorted(keyed, key=lambda k: k[:3])]
 
 
 def slime_groups(
@@ -157,24 +152,21 @@ def slime_groups(
     first_index: int = 0,
     token_advantages: bool = False,
 ) -> list[list[Any]]:
-    """Exactly ``count`` slime samples: the update's, grouped by ``group_index``, and padding
-    samples (one group, ``remove_sample=True``) to fill the count, in ``step_order`` of three
-    streams: actor groups, critic groups, padding samples. ``index`` counts up in that order from
-    ``first_index``. ``token_advantages`` puts each sample's per-token advantages in its metadata
-    (Temporal GRPO)."""
+    """Exactly ``count`` slime samples: the update's and padding samples (one group,
+    ``remove_sample=True``) to fill the count, in ``step_order`` of three streams: actor samples,
+    critic samples, padding (each stream in the update's order); a run of consecutive samples of one
+    ``group_index`` is one list. ``index`` counts up in that order from ``first_index``.
+    ``token_advantages`` puts each sample's per-token advantages in its metadata (Temporal GRPO)."""
     if len(samples) > count:
         raise RuntimeError(f"the update produced {len(samples)} samples, more than the fixed layout of {count}")
-    groups: dict[int, list[Any]] = {}
-    for sample in samples:
-        converted = from_train_sample(sample, sample_cls, 0, decode, token_advantages)
-        groups.setdefault(converted.group_index, []).append(converted)
-    padding_group = max(groups, default=-1) + 1
+    converted = [from_train_sample(sample, sample_cls, 0, decode, token_advantages) for sample in samples]
+    padding_group = max((c.group_index for c in converted), default=-1) + 1
     streams = [
-        [g for g in groups.values() if g[0].metadata["tempo_role"] == ACTOR],
-        [g for g in groups.values() if g[0].metadata["tempo_role"] != ACTOR],
-        [[padding_sample(sample_cls, padding_group, 0, pad_token_id, token_advantages)] for _ in range(count - len(samples))],
+        [c for c in converted if c.metadata["tempo_role"] == ACTOR],
+        [c for c in converted if c.metadata["tempo_role"] != ACTOR],
+        [padding_sample(sample_cls, padding_group, 0, pad_token_id, token_advantages) for _ in range(count - len(samples))],
     ]
-    ordered = [list(unit) for unit in step_order(streams)]
-    for index, sample in enumerate(s for unit in ordered for s in unit):
+    ordered = step_order(streams)
+    for index, sample in enumerate(ordered):
         sample.index = first_index + index
-    return ordered
+    return [list(run) for _, run in itertools.groupby(ordered, key=lambda sample: sample.group_index)]

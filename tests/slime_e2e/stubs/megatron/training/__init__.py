@@ -1,0 +1,1 @@
+"""Test-only stand-in for megatron.training (ships only with the Megatron-LM repository, not with megatron-core on the package index): slime parses Megatron's arguments and imports a few training names even in rollout-only runs."""

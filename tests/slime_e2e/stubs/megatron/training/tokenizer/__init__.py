@@ -1,0 +1,1 @@
+"""Test-only stand-in for megatron.training.tokenizer (Megatron-LM only): a namespace for tokenizer."""

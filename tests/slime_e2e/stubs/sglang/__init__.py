@@ -1,0 +1,1 @@
+"""Test-only stand-in for the sglang package (GPU-only, not installable on CI's CPU machine): holds just the few sglang.srt names slime imports on its rollout path; our own server answers the HTTP side."""
