@@ -400,31 +400,49 @@ slime_runtime_env_json() {
   printf '}\n'
 }
 
-# slime_launch_pids LAUNCH_ID: the processes on this machine whose environment holds exactly
-# TEMPO_LAUNCH_ID=LAUNCH_ID, one pid per line (only those whose environment this user may read).
+# slime_launch_pids LAUNCH_ID: the processes on this machine of the launch LAUNCH_ID, one pid per
+# line: those whose environment holds exactly TEMPO_LAUNCH_ID=LAUNCH_ID (only those this user may
+# read), and every process in the session of one of them. Ray's Python processes (workers, agents)
+# rename themselves, which wipes their environment as /proc shows it, but they stay in the session
+# of the Ray head, which the launch starts in a session of its own (setsid). This shell's own
+# session is never taken whole.
 slime_launch_pids() {
-  grep -lzxF -- "TEMPO_LAUNCH_ID=$1" /proc/[0-9]*/environ 2>/dev/null \
-    | sed -n 's#^/proc/\([0-9]*\)/environ$#\1#p'
+  local tagged own sessions
+  # grep fails on the environ files of processes that ended meanwhile or that are not ours to read
+  tagged="$({ grep -lzxF -- "TEMPO_LAUNCH_ID=$1" /proc/[0-9]*/environ 2>/dev/null || true; } \
+    | sed -n 's#^/proc/\([0-9]*\)/environ$#\1#p')"
+  [ -n "$tagged" ] || return 0
+  own="$(ps -o sid= -p $$ | tr -d ' ')"
+  sessions="$(ps -o sid= -p "$(paste -sd, <<<"$tagged")" | tr -d ' ' | sort -u | grep -vx "$own" || true)"
+  { printf '%s\n' "$tagged"
+    ps -eo pid=,sid= | awk -v sessions="$sessions" 'BEGIN { n = split(sessions, s, "\n"); for (i = 1; i <= n; i++) want[s[i]] = 1 }
+      ($2 in want) { print $1 }'
+  } | sort -un
 }
 
 # slime_stop_previous: stops the processes that the previous launch with this SAVE_DIR left on this
-# machine: those whose environment holds the launch id recorded in SAVE_DIR/tempo_ray_head. They are
-# the Ray head's processes (raylet, GCS, dashboard, workers) and the SGLang servers the workers
-# started, which can outlive their Ray actors. TERM first; KILL for whatever still runs 10 s later.
+# machine (slime_launch_pids of the launch id recorded in SAVE_DIR/tempo_ray_head): the Ray head's
+# processes (GCS, raylet, dashboard, agents, workers) and the SGLang servers the workers started,
+# which can outlive their Ray actors. TERM first; KILL for whatever still runs 10 s later.
 slime_stop_previous() {
-  local marker="$SAVE_DIR/tempo_ray_head" id pids=() tries=0
+  local marker="$SAVE_DIR/tempo_ray_head" id pids=() alive=() pid tries=0
   [ -s "$marker" ] || return 0
   id="$(<"$marker")"
   mapfile -t pids < <(slime_launch_pids "$id")
   if [ "${#pids[@]}" -gt 0 ]; then
     echo "stopping the processes left by the previous launch ($id): ${pids[*]}"
     kill -TERM "${pids[@]}" 2>/dev/null || true
-    while mapfile -t pids < <(slime_launch_pids "$id") && [ "${#pids[@]}" -gt 0 ] && [ "$tries" -lt 10 ]; do
+    while :; do
+      alive=()
+      for pid in "${pids[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then alive+=("$pid"); fi
+      done
+      if [ "${#alive[@]}" -eq 0 ] || [ "$tries" -ge 10 ]; then break; fi
       sleep 1
       tries=$((tries + 1))
     done
-    if [ "${#pids[@]}" -gt 0 ]; then
-      kill -KILL "${pids[@]}" 2>/dev/null || true
+    if [ "${#alive[@]}" -gt 0 ]; then
+      kill -KILL "${alive[@]}" 2>/dev/null || true
     fi
   fi
   rm -f "$marker"
@@ -492,7 +510,8 @@ slime_launch() {
 
   export PYTHONUNBUFFERED=1
   echo "+ TEMPO_LAUNCH_ID=$launch_id $(slime_print_cmd "${ray_start[@]}")"
-  TEMPO_LAUNCH_ID=$launch_id "${ray_start[@]}"
+  # its own session: the next launch stops the whole session (slime_launch_pids)
+  TEMPO_LAUNCH_ID=$launch_id setsid --wait "${ray_start[@]}"
   if [ "$NUM_NODES" -gt 1 ]; then
     echo "Now join the other $((NUM_NODES - 1)) node(s) with:  $(slime_print_cmd "${ray_worker[@]}")"
     echo "(the job below waits until all $((NUM_NODES * NUM_GPUS)) GPUs are registered)"

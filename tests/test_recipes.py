@@ -7,10 +7,12 @@ The ``--dry-run`` output is parsed back with shlex, as a user would paste it int
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -497,10 +499,11 @@ def test_every_launch_gets_a_new_id_which_its_save_dir_holds(stubs, setup, tmp_p
 
 def test_relaunch_stops_only_the_processes_of_the_previous_launch(stubs, setup):
     """The Ray head runs with the launch's TEMPO_LAUNCH_ID in its environment, which its processes
-    (raylet, workers, the SGLang servers they start) inherit. A relaunch sends TERM to every process
-    holding exactly the previous launch's id, and KILL to those that outlive it; processes of other
-    launches or without an id are left alone, and `ray stop`, which stops every Ray cluster on the
-    host, is never run."""
+    (raylet, workers, the SGLang servers they start) inherit, in a session of its own. A relaunch
+    sends TERM to every process holding exactly the previous launch's id and to every process in
+    such a process's session (Ray's renamed workers show no environment), and KILL to those that
+    outlive it; processes of other launches or without an id are left alone, and `ray stop`, which
+    stops every Ray cluster on the host, is never run."""
     first = run("qwen3-4B/tempo.sh", stubs, **setup)
     assert first.returncode == 0, first.stderr
     launch_id = submitted_launch_id(stubs)
@@ -515,15 +518,27 @@ def test_relaunch_stops_only_the_processes_of_the_previous_launch(stubs, setup):
         trap = "trap '' TERM; " if ignore_term else ""  # an ignored signal stays ignored across exec
         return subprocess.Popen(["bash", "-c", f"{trap}exec sleep 60"], env=env)
 
-    procs = {}
+    def session_with_untagged_member(launch):
+        """A session of its own: its leader holds ``launch``; a member does not (as a Ray worker that
+        renamed itself shows no environment). Returns (leader, the member's pid)."""
+        env = {k: v for k, v in os.environ.items() if k != "TEMPO_LAUNCH_ID"}
+        env["TEMPO_LAUNCH_ID"] = launch
+        leader = subprocess.Popen(["bash", "-c", "env -u TEMPO_LAUNCH_ID sleep 60 & echo $!; exec sleep 60"],
+                                  env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        return leader, int(leader.stdout.readline())
+
+    procs, members = {}, {}
     try:
         procs["previous"] = process(launch_id)
         procs["previous, ignores TERM"] = process(launch_id, ignore_term=True)
         procs["another launch"] = process(launch_id + "0")
         procs["someone else"] = process("someone-else")
         procs["no launch id"] = process(None)
+        procs["previous, own session"], members["previous"] = session_with_untagged_member(launch_id)
+        procs["another launch, own session"], members["another launch"] = session_with_untagged_member(launch_id + "0")
         deadline = time.monotonic() + 5
-        while not all(Path(f"/proc/{p.pid}/comm").read_text().strip() == "sleep" for p in procs.values()):
+        pids = [p.pid for p in procs.values()] + list(members.values())
+        while not all(Path(f"/proc/{pid}/comm").read_text().strip() == "sleep" for pid in pids):
             assert time.monotonic() < deadline, "the test processes did not start"
             time.sleep(0.05)
 
@@ -531,13 +546,23 @@ def test_relaunch_stops_only_the_processes_of_the_previous_launch(stubs, setup):
         assert second.returncode == 0, second.stderr
         assert procs["previous"].wait(timeout=5) == -15
         assert procs["previous, ignores TERM"].wait(timeout=5) == -9
-        for name in ("another launch", "someone else", "no launch id"):
+        assert procs["previous, own session"].wait(timeout=5) == -15
+        deadline = time.monotonic() + 5  # the untagged member of the previous launch's session: not our child
+        while Path(f"/proc/{members['previous']}/comm").exists() and \
+                Path(f"/proc/{members['previous']}/stat").read_text().split()[2] != "Z":
+            assert time.monotonic() < deadline, "the untagged process in the previous launch's session still runs"
+            time.sleep(0.05)
+        for name in ("another launch", "someone else", "no launch id", "another launch, own session"):
             assert procs[name].poll() is None, name
+        assert Path(f"/proc/{members['another launch']}/comm").read_text().strip() == "sleep"
         calls = [call for call in stub_calls(stubs) if call[0] != "nvidia-smi"]
         assert not any(call[:2] == ["ray", "stop"] or call[0] == "pkill" for call in calls)
         ray = [call[:3] for call in calls if call[0] == "ray"]
         assert ray == [["ray", "start", "--head"], ["ray", "job", "submit"]]
     finally:
+        for pid in members.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
