@@ -218,6 +218,12 @@ def test_store_survives_a_slime_checkpoint_round_trip(tmp_path, tokenizer, proto
     # the sampling RNG came back too: both draw the same start states next
     assert [s.action_history for s in resumed.store.sample(2)] == [s.action_history for s in source.store.sample(2)]
 
+    # slime points --load at --ref-load when --save holds no Megatron checkpoint: the states are read from --save
+    args.load = str(tmp_path / "ref")
+    from_save = TempoDataSource(args)
+    from_save.load(1)
+    assert from_save.game_cursor == 3 and len(from_save.store) == len(source.store) > 0
+
 
 def test_evaluation_returns_slimes_eval_format(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
     url = serve(ScriptedPolicy(tokenizer, protocol))

@@ -143,11 +143,15 @@ class TempoDataSource:
                     + (f"; removed {len(pruned)} older state files" if pruned else ""))
 
     def load(self, rollout_id: int | None = None) -> None:
-        if self.args.load is None or rollout_id is None or rollout_id < 0:
+        """The state saved at ``rollout_id`` under --load, else under --save: slime points --load at
+        --ref-load when --load holds no Megatron checkpoint, though --save may hold TEMPO's states."""
+        if rollout_id is None or rollout_id < 0:
             return
-        path = state_path(self.args.load, rollout_id)
-        if not path.exists():
-            logger.warning(f"no TEMPO state at {path}: starting with an empty state store")
+        folders = [f for f in (self.args.load, self.args.save) if f is not None]
+        path = next((state_path(f, rollout_id) for f in folders if state_path(f, rollout_id).exists()), None)
+        if path is None:
+            logger.warning(f"no TEMPO state for rollout {rollout_id} under {' or '.join(folders) or 'no --load/--save'}: "
+                           "starting with an empty state store")
             return
         payload = json.loads(path.read_text())
         self.store = StateStore.from_state_dict(payload["store"], capacity=self.cfg.state_store_capacity)
