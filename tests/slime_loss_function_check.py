@@ -150,6 +150,34 @@ def packed_outputs(run, samples, pad_multiplier: int, pad_id: int):
     return torch.cat(pieces, dim=0).unsqueeze(0), pad
 
 
+def sample_fields(samples: list[dict]) -> tuple[list, list[int], list[int], list]:
+    """slime's per-sample fields of the samples: tokens, total and response lengths, response loss masks."""
+    import torch
+
+    tokens = [torch.tensor(s["tokens"], dtype=torch.long) for s in samples]
+    total_lengths = [len(s["tokens"]) for s in samples]
+    response_lengths = [len(s["tokens"]) - s["prompt_length"] for s in samples]
+    loss_masks = [torch.tensor(s["loss_mask"][s["prompt_length"]:], dtype=torch.int) for s in samples]
+    return tokens, total_lengths, response_lengths, loss_masks
+
+
+def loss_and_gradients(loss_mod, args, batch: dict, case: dict, logits, model, pad: int) -> dict:
+    """slime's loss_function on ``batch``, backpropagated: the loss, its log and the gradients."""
+    import torch
+
+    scaled, normalizer, log = loss_mod.loss_function(args, batch, 1, case["step_global_batch_size"], logits)
+    scaled.backward()
+    return {
+        "loss": scaled.detach(),
+        "normalizer": torch.as_tensor(normalizer).detach(),
+        "metrics": dict(zip(log["keys"], log["values"][1:].tolist())),
+        "logits": logits.detach(),
+        "logits_grad": logits.grad.detach(),
+        "param_grads": {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
+        "pad": pad,
+    }
+
+
 def run_policy_case(loss_mod, policy, case: dict, pad_multiplier: int, pad_id: int) -> dict:
     import torch
 
@@ -158,10 +186,7 @@ def run_policy_case(loss_mod, policy, case: dict, pad_multiplier: int, pad_id: i
     policy.zero_grad(set_to_none=True)
     logits, pad = packed_outputs(lambda t: policy(input_ids=t[None]).logits[0].float(), samples, pad_multiplier, pad_id)
     logits.retain_grad()
-    tokens = [torch.tensor(s["tokens"], dtype=torch.long) for s in samples]
-    total_lengths = [len(s["tokens"]) for s in samples]
-    response_lengths = [len(s["tokens"]) - s["prompt_length"] for s in samples]
-    loss_masks = [torch.tensor(s["loss_mask"][s["prompt_length"]:], dtype=torch.int) for s in samples]
+    tokens, total_lengths, response_lengths, loss_masks = sample_fields(samples)
     rollout_log_probs = [torch.tensor(s["logprobs"][s["prompt_length"]:], dtype=torch.float32) for s in samples]
     # slime's separate log-prob pass on the same weights (actor's compute_log_prob, no grad)
     with torch.no_grad():
@@ -194,18 +219,10 @@ def run_policy_case(loss_mod, policy, case: dict, pad_multiplier: int, pad_id: i
         "values": None,
         "rollout_mask_sums": torch.tensor(case["rollout_mask_sums"], dtype=torch.float32),
     }
-    scaled, normalizer, log = loss_mod.loss_function(args, batch, 1, case["step_global_batch_size"], logits)
-    scaled.backward()
     return {
-        "loss": scaled.detach(),
-        "normalizer": torch.as_tensor(normalizer).detach(),
-        "metrics": dict(zip(log["keys"], log["values"][1:].tolist())),
-        "logits": logits.detach(),
-        "logits_grad": logits.grad.detach(),
+        **loss_and_gradients(loss_mod, args, batch, case, logits, policy, pad),
         "advantages": [a.detach() for a in rollout_data["advantages"]],
         "recomputed_log_probs": [lp.detach() for lp in recomputed["log_probs"]],
-        "param_grads": {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.grad is not None},
-        "pad": pad,
     }
 
 
@@ -234,10 +251,7 @@ def run_critic_case(loss_mod, critic, case: dict, pad_multiplier: int, pad_id: i
         samples, pad_multiplier, pad_id,
     )  # fmt: skip
     logits.retain_grad()
-    tokens = [torch.tensor(s["tokens"], dtype=torch.long) for s in samples]
-    total_lengths = [len(s["tokens"]) for s in samples]
-    response_lengths = [len(s["tokens"]) - s["prompt_length"] for s in samples]
-    loss_masks = [torch.tensor(s["loss_mask"][s["prompt_length"]:], dtype=torch.int) for s in samples]
+    tokens, total_lengths, response_lengths, loss_masks = sample_fields(samples)
     with torch.no_grad():  # the critic's value pass before its training step
         _, old = loss_mod.get_values(
             logits.detach(), args=args, unconcat_tokens=tokens, total_lengths=total_lengths,
@@ -261,17 +275,9 @@ def run_critic_case(loss_mod, critic, case: dict, pad_multiplier: int, pad_id: i
         "returns": rollout_data["returns"],
         "rollout_mask_sums": torch.tensor(case["rollout_mask_sums"], dtype=torch.float32),
     }
-    scaled, normalizer, log = loss_mod.loss_function(args, batch, 1, case["step_global_batch_size"], logits)
-    scaled.backward()
     return {
-        "loss": scaled.detach(),
-        "normalizer": torch.as_tensor(normalizer).detach(),
-        "metrics": dict(zip(log["keys"], log["values"][1:].tolist())),
-        "logits": logits.detach(),
-        "logits_grad": logits.grad.detach(),
+        **loss_and_gradients(loss_mod, args, batch, case, logits, critic, pad),
         "returns": [r.detach() for r in rollout_data["returns"]],
-        "param_grads": {n: p.grad.detach().clone() for n, p in critic.named_parameters() if p.grad is not None},
-        "pad": pad,
     }
 
 
