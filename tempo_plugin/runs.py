@@ -26,7 +26,7 @@ class RunRef:
     """A resolved command-line path: the model directory to load and, for a run, its settings."""
 
     path: Path  # as given
-    model_dir: Path  # a Hugging Face model directory (config.json, tokenizer)
+    model_dir: Path  # a Hugging Face model directory (config.json, tokenizer), or LoRA adapters (adapter_config.json)
     config: TempoConfig | None  # the run's config.yaml; None for a bare model directory
 
     @property
@@ -41,20 +41,31 @@ class RunRef:
 
 
 def resolve_run(path: str | Path) -> RunRef:
-    """A run directory or a model directory; a one-line ConfigError naming the path otherwise."""
+    """A run directory, a model directory or a named model (``smollm2-135m``); a one-line ConfigError
+    naming the path otherwise."""
+    from tempo_plugin.backends.local.named_models import NAMED_MODELS, model_directory
+
+    if str(path) in NAMED_MODELS:
+        return RunRef(Path(str(path)), Path(model_directory(str(path))), None)
     root = Path(path)
     if not root.is_dir():
         raise ConfigError(f"{path}: no such directory (give a run directory runs/<name> or a Hugging Face model directory)")
     config = load_config_file(str(root / "config.yaml")) if (root / "config.yaml").is_file() else None
-    if (root / "config.json").is_file():
+    if holds_model(root):
         return RunRef(root, root, config)
     for sub in POLICY_DIRS:
-        if (root / sub / "config.json").is_file():
+        if holds_model(root / sub):
             return RunRef(root, root / sub, config)
     if config is not None:
         raise ConfigError(f"{path}: a run directory without a saved policy (no {' or '.join(POLICY_DIRS)}); "
                           "did the run finish its first checkpoint?")
     raise ConfigError(f"{path}: neither a run directory (config.yaml) nor a Hugging Face model directory (config.json)")
+
+
+def holds_model(directory: Path) -> bool:
+    """A Hugging Face model directory (config.json) or LoRA adapters on a base (adapter_config.json;
+    ``load_pretrained`` merges them)."""
+    return (directory / "config.json").is_file() or (directory / "adapter_config.json").is_file()
 
 
 class UsageError(Exception):

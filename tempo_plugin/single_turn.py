@@ -13,7 +13,7 @@ The actor takes one clipped policy-gradient step on A (slime's surrogate, ``Poli
 PPO and TPPO the critic is a separate model (``backends/local/critic.py``) with its own optimiser,
 and the first --warmup-updates train the critic only.
 
-Writes policy/ (the actor) and, for PPO/TPPO, critic/ (``critic.safetensors`` + ``critic.json``,
+Writes policy/ (the actor; with --lora-rank its adapters only) and, for PPO/TPPO, critic/ (``critic.safetensors`` + ``critic.json``,
 ``backends/local/critic.save_value_model``) to --out.
 
 Metrics per update: rollout/accuracy; critic/explained_variance = 1 - Var(R - V_t) / Var(R) over all
@@ -35,6 +35,7 @@ import torch
 
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
 from tempo_plugin.backends.local.critic import ValueModel, save_value_model, token_increments, value_model_from_policy
+from tempo_plugin.backends.local.lora import apply_lora, save_model
 from tempo_plugin.backends.local.model import load_policy, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer, chunk_by_token_budget, pad_rows
@@ -211,13 +212,16 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     if bar:
         bar.close()
     model.eval()
+    uses_critic = cfg.advantage_estimator in ("ppo", "tppo")
+    # the critic copies the plain backbone before any LoRA wrapping: it trains in full
+    critic = value_model_from_policy(model, init=cfg.critic_init) if uses_critic else None
+    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate) if critic else None
+    if cfg.lora_rank:
+        model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=cfg.model)
     protocol = ChatProtocol(tokenizer)
     sampler = LocalSampler(model, tokenizer)
     params = SamplingParams(cfg.temperature, cfg.top_p, protocol.stop_token_ids)
-    uses_critic = cfg.advantage_estimator in ("ppo", "tppo")
-    critic = value_model_from_policy(model, init=cfg.critic_init) if uses_critic else None
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate) if critic else None
-    if cfg.freeze_embeddings:
+    if cfg.freeze_embeddings and not cfg.lora_rank:  # LoRA: the whole base is frozen, embeddings included
         for module in (model.get_input_embeddings(), model.get_output_embeddings()):
             module.weight.requires_grad_(False)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.td_learning_rate,
@@ -279,7 +283,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         wandb_run.finish(out / "curves.png")
     summary = summary_dict(rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    model.save_pretrained(out / "policy")
+    save_model(model, out / "policy")  # with LoRA: the adapters only
     tokenizer.save_pretrained(out / "policy")
     if critic is not None:  # loaded back onto the saved policy's backbone with load_value_model
         save_value_model(critic, out / "critic", cfg.advantage_estimator)

@@ -5,7 +5,7 @@ the base success rate on held-out games, runs the critic warm-up (Monte-Carlo ta
 phase (actor and critic in one update), then measures the final success rate. With
 ``--advantage-estimator grpo`` and no ``--task`` the same loop runs multi-turn GRPO (complete
 episodes, episode return) instead of the two phases. Writes to --out:
-config.yaml, metrics.jsonl, critic_values.jsonl (the critic's estimate and target per valued state), curves.png, summary.json and checkpoints/latest (resume with --resume).
+config.yaml, metrics.jsonl, critic_values.jsonl (the critic's estimate and target per valued state), curves.png, summary.json and checkpoints/latest (resume with --resume); with --lora-rank the checkpoint holds the adapters only.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import yaml
 
+from tempo_plugin.backends.local.lora import apply_lora, is_adapter_dir, load_adapted, save_model
 from tempo_plugin.backends.local.model import load_policy, load_pretrained, resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer
@@ -66,11 +67,11 @@ class Progress:
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
                     store: StateStore, progress: Progress) -> None:
     """Write to a temporary folder, then swap it in, so a crash never leaves a half checkpoint.
-    Everything but the weights (safetensors) and the optimizer (tensors) is JSON."""
+    Everything but the weights (safetensors; with LoRA the adapters only) and the optimizer (tensors) is JSON."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)  # safetensors
+    save_model(model, tmp)  # safetensors
     tokenizer.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     store.save(tmp / "store.json")
@@ -137,6 +138,10 @@ def prepare_out(cfg: TempoConfig) -> Path:
         if changed:
             raise ConfigError(f"--resume: the settings differ from {out}/config.yaml in {', '.join(flag(k) for k in changed)}; "
                               "resume with the same settings, or pass --allow-config-change")
+    resume_from = checkpoint_to_resume(checkpoint) if cfg.resume else None
+    if resume_from is not None and is_adapter_dir(resume_from) != bool(cfg.lora_rank):
+        held = "LoRA adapters" if is_adapter_dir(resume_from) else "full weights"
+        raise ConfigError(f"--resume: {resume_from} holds {held}; resume with the run's --lora-rank")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return out
@@ -158,18 +163,27 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         raise ConfigError(str(error)) from None
 
     if cfg.resume:
-        model, tokenizer = load_pretrained(str(resume_from), device)
+        if cfg.lora_rank:  # the adapters train on; the optimizer state is theirs
+            model, tokenizer = load_adapted(resume_from, device, trainable=True, cache_dir=cfg.cache_dir)
+        else:
+            model, tokenizer = load_pretrained(str(resume_from), device)
     else:
         bar = None
         if not cfg.model:
             bar = tqdm(total=cfg.bootstrap_steps, desc="bootstrap (tiny model, cached)", unit="step", leave=False)
+        elif cfg.warm_start_steps:
+            bar = tqdm(total=cfg.warm_start_steps, desc=f"warm start ({cfg.model}, cached)", unit="step", leave=False)
         model, tokenizer = load_policy(cfg, device, progress=(lambda s, l: (bar.update(1), bar.set_postfix(loss=f"{l:.3f}"))) if bar else None)
         if bar:
             bar.close()
+        if cfg.lora_rank:
+            # the base is the folder the weights came from when a warm start changed them, else --model
+            model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
+                               base="" if cfg.warm_start_steps else cfg.model)
     model.eval()
     protocol = ChatProtocol(tokenizer)
     rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env)
-    if cfg.freeze_embeddings:
+    if cfg.freeze_embeddings and not cfg.lora_rank:  # LoRA: the whole base is frozen, embeddings included
         # Adam turns the tiny, consistent push-down gradients that every unused vocabulary row gets
         # from the softmax into full learning-rate steps; with one model in two roles this drifts
         # the actor's tokens during critic-only updates. The transformer blocks still train.

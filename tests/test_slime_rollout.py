@@ -320,6 +320,13 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     args.custom_config_path = write_yaml(tmp_path / "refresh.yaml", mc_refresh_every=4)
     with pytest.raises(ConfigError, match="mc_refresh_every 4: .* embedded runtime only"):
         TempoDataSource(args)
+    # so are LoRA (slime trains full weights) and the warm start
+    args.custom_config_path = write_yaml(tmp_path / "lora.yaml", lora_rank=8)
+    with pytest.raises(ConfigError, match="lora_rank 8: .*LoRA is embedded-only"):
+        TempoDataSource(args)
+    args.custom_config_path = write_yaml(tmp_path / "warm.yaml", warm_start_steps=5)
+    with pytest.raises(ConfigError, match="warm_start_steps 5: .*embedded runtime only"):
+        TempoDataSource(args)
     args.custom_config_path = write_yaml(tmp_path / "plain.yaml", critic_samples=2)
     assert settings.tempo_config_from_args(args).mc_refresh_every == 0
     args.custom_config_path = write_yaml(tmp_path / "ok.yaml", critic_samples=2, warmup_updates=1)

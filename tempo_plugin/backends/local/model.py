@@ -47,9 +47,16 @@ def tiny_cache_dir(cfg: TempoConfig) -> Path:
     return root / f"tiny-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def load_pretrained(directory: str, device: torch.device) -> tuple[Any, Any]:
+def load_pretrained(directory: str, device: torch.device, cache_dir: str = "") -> tuple[Any, Any]:
+    """A Hugging Face model directory, or a named model (``smollm2-135m``: converted once, then cached)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tempo_plugin.backends.local.lora import is_adapter_dir, load_adapted
+    from tempo_plugin.backends.local.named_models import model_directory
+
+    if is_adapter_dir(directory):  # a LoRA checkpoint: its base plus the adapters, merged
+        return load_adapted(directory, device, trainable=False, cache_dir=cache_dir)
+    directory = model_directory(directory, cache_dir)
     path = Path(directory)
     if not (path / "config.json").is_file():
         raise ConfigError(f"--model {directory}: not a Hugging Face model directory (no config.json)")
@@ -115,7 +122,68 @@ def build_bootstrapped_tiny(
     return load_pretrained(str(cache), device)
 
 
+WARM_START_VERSION = 1  # bump when the warm start's data or settings change
+WARM_START_LR = 2e-4  # AdamW peak learning rate (20 ramp steps, then linear decay), full fine-tuning
+WARM_START_KEY_ROOMS = 16  # key-room decisions per step (the tiny bootstrap: 64)
+WARM_START_CRITIC = 4  # critic demonstrations per step (the tiny bootstrap: 12)
+
+
+def warm_start_cache_dir(cfg: TempoConfig) -> Path:
+    root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
+    source = cfg.model if "/" not in cfg.model and not Path(cfg.model).exists() else str(Path(cfg.model).resolve())
+    what = {"v": WARM_START_VERSION, "model": source, "env": cfg.env, "T": cfg.max_episode_steps,
+            "env_data": str(Path(cfg.env_data).resolve()) if cfg.env_data else "", "steps": cfg.warm_start_steps,
+            "seed": cfg.seed}
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+    return root / f"warm-{Path(source).name}-{digest}"
+
+
+def load_warm_started(cfg: TempoConfig, device: torch.device,
+                      progress: Callable[[int, float], None] | None = None) -> tuple[Any, Any]:
+    """``--model`` after ``--warm-start-steps`` supervised steps on the environment's noisy expert
+    demonstrations (the tiny model's bootstrap data at a smaller batch), built once and cached.
+    The token embeddings stay fixed: the demonstrations use a handful of tokens, and Adam would
+    move the rest of a pretrained vocabulary for nothing."""
+    from tempo_plugin.backends.local.bootstrap import supervised_bootstrap
+    from tempo_plugin.backends.local.env_bootstrap import env_bootstrap
+    from tempo_plugin.envs import env_factory
+    from tempo_plugin.rollout.protocol import ChatProtocol
+
+    if not cfg.multi_turn:
+        raise ConfigError("--warm-start-steps plays an environment's demonstrations: drop it for a single-turn --task")
+    cache = warm_start_cache_dir(cfg)
+    if (cache / "config.json").is_file():
+        return load_pretrained(str(cache), device)
+    model, tokenizer = load_pretrained(cfg.model, device, cfg.cache_dir)
+    protocol = ChatProtocol(tokenizer)
+    torch.manual_seed(cfg.seed)
+    embeddings = [m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None]
+    for weight in embeddings:
+        weight.requires_grad_(False)
+    if cfg.env in BUILT_IN:
+        supervised_bootstrap(model, protocol, cfg.env, cfg.warm_start_steps, cfg.max_episode_steps, cfg.seed,
+                             learning_rate=WARM_START_LR, key_rooms_per_step=WARM_START_KEY_ROOMS,
+                             critic_per_step=WARM_START_CRITIC, progress=progress)
+    else:
+        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
+        env_bootstrap(model, protocol, make_env, cfg.warm_start_steps, cfg.max_episode_steps, cfg.seed,
+                      learning_rate=WARM_START_LR, progress=progress)
+    for weight in embeddings:
+        weight.requires_grad_(True)
+    tmp = cache.with_name(cache.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "warm_start.json").write_text(json.dumps({"model": cfg.model, "env": cfg.env, "steps": cfg.warm_start_steps,
+                                                      "seed": cfg.seed, "version": WARM_START_VERSION}))
+    shutil.rmtree(cache, ignore_errors=True)
+    tmp.rename(cache)
+    return load_pretrained(str(cache), device)
+
+
 def load_policy(cfg: TempoConfig, device: torch.device, progress: Callable[[int, float], None] | None = None):
+    if cfg.model and cfg.warm_start_steps > 0:
+        return load_warm_started(cfg, device, progress)
     if cfg.model:
-        return load_pretrained(cfg.model, device)
+        return load_pretrained(cfg.model, device, cfg.cache_dir)
     return build_bootstrapped_tiny(cfg, device, progress)

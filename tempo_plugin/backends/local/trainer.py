@@ -28,8 +28,11 @@ T = TypeVar("T")
 
 def cache_argument(model: Any) -> str:
     """The keyword a model's forward takes its key/value cache by (``past_key_values`` for Hugging
-    Face models); the returned output carries the updated cache under the same name."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    Face models); the returned output carries the updated cache under the same name. A peft wrapper
+    (LoRA) passes keywords on to its base model, whose forward decides."""
+    base = getattr(model, "get_base_model", None)
+    forward = base().forward if callable(base) else model.forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention: torch.Tensor) -> int:

@@ -60,6 +60,9 @@ SLIME_OWNED: dict[str, str] = {
 
 EMBEDDED_ONLY: dict[str, str] = {
     "mc_refresh_every": "the Monte-Carlo refresh of the critic runs on the embedded runtime only",
+    "lora_rank": "slime (Megatron) trains the full weights at the pinned commit; LoRA is embedded-only",
+    "warm_start_steps": "the supervised warm start runs on the embedded runtime only (warm-start a checkpoint there, "
+                        "then convert it for Megatron)",
 }
 """TempoConfig fields (off at 0) the slime rollout does not implement: a YAML may not turn them on,
 and a slime run sets them to 0 whatever their local default."""

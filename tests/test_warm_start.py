@@ -1,0 +1,59 @@
+"""``--warm-start-steps``: a real model directory gets N supervised steps on the game's noisy expert
+demonstrations before RL, once; the result is cached and the run trains on it (with LoRA: the
+adapters name the warm-started folder as their base)."""
+
+import json
+
+import pytest
+import torch
+
+from tempo_plugin.backends.local import model as model_module
+from tempo_plugin.backends.local.model import load_policy, warm_start_cache_dir
+from tempo_plugin.config import ConfigError, parse_config
+
+
+@pytest.fixture()
+def model_dir(tmp_path, tiny_model, tokenizer):
+    path = tmp_path / "plain-model"
+    tiny_model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_warm_start_trains_the_blocks_once_and_caches_them(tmp_path, model_dir, monkeypatch, one_thread):
+    from transformers import AutoModelForCausalLM
+
+    args = ["--model", str(model_dir), "--warm-start-steps", "2", "--cache-dir", str(tmp_path / "cache"),
+            "--max-episode-steps", "15", "--macro-rounds", "5"]
+    cfg = parse_config(args)
+    steps = []
+    model, _ = load_policy(cfg, torch.device("cpu"), progress=lambda step, loss: steps.append((step, loss)))
+    assert [s for s, _ in steps] == [0, 1] and all(loss > 0 for _, loss in steps)
+    cache = warm_start_cache_dir(cfg)
+    assert json.loads((cache / "warm_start.json").read_text())["steps"] == 2
+    before = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
+    after = model.state_dict()
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert any("layers.0.self_attn" in name for name in changed)  # the blocks trained
+    assert not any("embed_tokens" in name or "lm_head" in name for name in changed)  # the vocabulary did not
+    assert model.name_or_path == str(cache)  # what LoRA adapters record as their base
+
+    monkeypatch.setattr("tempo_plugin.backends.local.bootstrap.supervised_bootstrap",
+                        lambda *a, **k: pytest.fail("warm-started twice"))
+    again, _ = load_policy(cfg, torch.device("cpu"))
+    assert all(torch.equal(t, again.state_dict()[n]) for n, t in after.items())
+    # another step count, seed or model is another cache entry
+    assert warm_start_cache_dir(parse_config(args[:3] + ["3"] + args[4:])) != cache
+    assert warm_start_cache_dir(parse_config(args + ["--seed", "1"])) != cache
+
+
+def test_warm_start_is_for_environments_only(tmp_path, model_dir):
+    cfg = parse_config(["--model", str(model_dir), "--warm-start-steps", "2", "--advantage-estimator", "grpo",
+                        "--task", "letters", "--cache-dir", str(tmp_path)])
+    with pytest.raises(ConfigError, match="single-turn"):
+        model_module.load_warm_started(cfg, torch.device("cpu"))
+
+
+def test_negative_warm_start_steps_name_the_flag():
+    with pytest.raises(ConfigError, match="--warm-start-steps must be >= 0"):
+        parse_config(["--warm-start-steps", "-1"])
