@@ -1,0 +1,72 @@
+"""bench/speed.py --quick runs end to end on the tiny model and reports every measurement."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_speed_bench_reports_every_measurement(tiny_model, tokenizer, tmp_path):
+    model_dir = tmp_path / "tiny-model"
+    tiny_model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "results"
+    # one thread and one process: the tiny model gains nothing from more, and a process per
+    # measurement would spend most of the test importing torch
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "speed.py"), "--quick", "--in-process", "--threads", "1",
+         "--model", str(model_dir), "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "speed-tiny-model.json").read_text())
+    assert (out / "speed-tiny-model.md").read_text().startswith("# Speed")
+    assert report["machine"]["threads"] == 1 and report["machine"]["torch"]
+
+    assert report["sampler"]
+    for row in report["sampler"]:
+        expected = row["batch"] * row["new_tokens"]
+        for side in ("ours", "generate"):
+            result = row[side]
+            assert "error" not in result, result
+            assert result["tokens_per_s"] > 0 and result["peak_growth_mb"] >= 0
+            assert result["expected_tokens"] == expected
+            assert all(count == expected for count in result["generated_tokens"]), (side, result["generated_tokens"])
+            assert all(rows == row["batch"] for rows in result["rows_with_exactly_L"])
+        assert row["ratio"] > 0
+
+    assert [row["batch"] for row in report["trainer"]] == ["shared", "own"]
+    for row in report["trainer"]:
+        ours, plain = row["ours"], row["plain"]
+        assert "error" not in ours and "error" not in plain, (ours, plain)
+        assert ours["tokens_per_s"] > 0 and plain["tokens_per_s"] > 0 and row["ratio"] > 0
+        assert ours["tokens"] == plain["tokens"] and ours["samples"] == plain["samples"]
+        assert 0 < ours["model_tokens"] <= ours["tokens"]
+    shared = report["trainer"][0]["ours"]
+    assert shared["distinct_prompts"] == report["settings"]["groups"]
+    assert shared["model_tokens"] < shared["tokens"]  # each group's prompt ran once
+
+    assert [row["batch"] for row in report["lora"]] == ["shared", "own"]
+    for row in report["lora"]:
+        lora = row["lora"]
+        assert "error" not in lora, lora
+        assert lora["tokens_per_s"] > 0 and row["ratio"] > 0
+        assert 0 < lora["trainable_params"] < report["model_params"]
+
+
+def test_a_worker_process_gets_every_resolved_setting():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_speed", ROOT / "bench" / "speed.py")
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    args = speed.parse_args(["--quick", "--model", "some/dir", "--threads", "3", "--learning-rate", "0.5"])
+    again = speed.parse_args(speed.worker_argv(args) + ["--worker", "{}"])
+    measured = {k for k in vars(args) if k not in ("batches", "new_tokens", "quick", "in_process", "out", "worker")}
+    assert {k: getattr(again, k) for k in measured} == {k: getattr(args, k) for k in measured}
+    assert speed.model_slug("smollm2-135m") == "smollm2-135m"
+    assert speed.model_slug(str(ROOT / "some" / "Tiny Model")) == "tiny-model"
