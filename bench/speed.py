@@ -408,7 +408,8 @@ def run_worker(spec: dict, argv: list[str]) -> dict:
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if done.returncode != 0 or not lines:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        lines = [line for line in (done.stdout + done.stderr).strip().splitlines() if "it/s]" not in line]
+        tail = "\n".join(lines[-15:])
         return {**spec, "error": f"exit {done.returncode}: {tail}"}
     result = json.loads(lines[-1][len(RESULT_PREFIX):])
     result["process_s"] = round(time.perf_counter() - tic, 1)
@@ -464,7 +465,7 @@ def model_slug(model: str) -> str:
 
 
 def ratio(a: dict, b: dict) -> float | None:
-    if "error" in a or "error" in b or not b.get("tokens_per_s"):
+    if not a.get("tokens_per_s") or not b.get("tokens_per_s"):
         return None
     return a["tokens_per_s"] / b["tokens_per_s"]
 
@@ -482,6 +483,9 @@ def render(report: dict) -> str:
     lines = [
         f"# Speed: our local runtime against the usual baseline, {report['model']}",
         "",
+        *([f"**Incomplete**: {sum(not r.get('pending') for r in all_measurements(report))} of "
+           f"{len(all_measurements(report))} measurements so far (`--resume` continues).", ""]
+          if not report.get("complete", True) else []),
         f"{report['date']}; {m['cpu']} ({m['usable_cores']} usable of {m['cores']} cores), device {m['device']}"
         + (f" ({m['gpu']})" if m.get("gpu") else "")
         + f", {m['threads']} torch threads; torch {m['torch']}, transformers {m['transformers']}, peft {m['peft']}; "
@@ -498,7 +502,7 @@ def render(report: dict) -> str:
     for row in report["sampler"]:
         ours, base = row["ours"], row["generate"]
         prompt = statistics.mean(ours.get("prompt_tokens") or base.get("prompt_tokens") or [0])
-        counts = [f"{r.get('generated_tokens', ['error'])[-1]} / {row['batch'] * row['new_tokens']}" for r in (ours, base)]
+        counts = [f"{r.get('generated_tokens', ['n/a'])[-1]} / {row['batch'] * row['new_tokens']}" for r in (ours, base)]
         lines.append(f"| {row['batch']} x {row['new_tokens']} | {prompt:.0f} | {fmt(ours.get('tokens_per_s'))} | "
                      f"{fmt(base.get('tokens_per_s'))} | {fmt(row['ratio'], 2)} | {counts[0]} | {counts[1]} | "
                      f"{fmt(ours.get('peak_growth_mb'))} | {fmt(base.get('peak_growth_mb'))} |")
@@ -540,17 +544,18 @@ def render(report: dict) -> str:
     ]
     errors = [r for r in all_measurements(report) if "error" in r]
     if errors:
-        lines += ["", "Errors:", ""] + [f"- {r['kind']} {r['side']} {r.get('batch')}: {r['error'].splitlines()[-1]}" for r in errors]
+        lines += ["", "Errors:", ""] + [f"- {r['kind']} {r['side']} {r.get('batch')}: {' ... '.join(dict.fromkeys([r['error'].splitlines()[0], r['error'].splitlines()[-1]]))}"
+                                       for r in errors]
     return "\n".join(lines) + "\n"
 
 
 def all_measurements(report: dict) -> list[dict]:
     out = []
-    for row in report["sampler"]:
+    for row in report.get("sampler", []):
         out += [row["ours"], row["generate"]]
-    for row in report["trainer"]:
+    for row in report.get("trainer", []):
         out += [row["ours"], row["plain"]]
-    out += [row["lora"] for row in report["lora"]]
+    out += [row["lora"] for row in report.get("lora", [])]
     return out
 
 
@@ -572,6 +577,9 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--lora-rank", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (the smoke test)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder of speed-<model>.md/.json")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the measurements that the output JSON already holds when it was made with the "
+                             "same settings (an interrupted run saves each measurement as it finishes)")
     parser.add_argument("--in-process", action="store_true",
                         help="run every measurement in this process (faster start; peak memory then less clean: "
                              "memory freed by an earlier measurement is reused)")
@@ -596,60 +604,110 @@ def worker_argv(args) -> list[str]:
             "--learning-rate", str(args.learning_rate), "--lora-rank", str(args.lora_rank)]
 
 
+def measurement_specs(args) -> list[dict]:
+    """Every measurement, in the order they run."""
+    specs = [{"kind": "sampler", "side": side, "batch": batch, "new_tokens": new_tokens}
+             for batch in args.batches for new_tokens in args.new_tokens for side in ("ours", "generate")]
+    return specs + [{"kind": "trainer", "side": side, "batch": batch}
+                    for batch in ("shared", "own") for side in ("ours", "plain", "lora")]
+
+
+def spec_key(spec: dict) -> str:
+    return json.dumps({k: spec.get(k) for k in ("kind", "side", "batch", "new_tokens")}, sort_keys=True)
+
+
+def fill_sections(report: dict, results: dict[str, dict], args) -> None:
+    """The report's sampler, trainer and lora rows from the measurements so far (a missing one: pending)."""
+    def get(spec: dict) -> dict:
+        return results.get(spec_key(spec), {**spec, "pending": True})
+
+    report["sampler"] = []
+    for batch in args.batches:
+        for new_tokens in args.new_tokens:
+            row: dict[str, Any] = {"batch": batch, "new_tokens": new_tokens}
+            for side in ("ours", "generate"):
+                row[side] = get({"kind": "sampler", "side": side, "batch": batch, "new_tokens": new_tokens})
+            row["ratio"] = ratio(row["ours"], row["generate"])
+            report["sampler"].append(row)
+    labels = {"shared": f"{args.groups} prompts x {args.group_size} (shared)",
+              "own": f"{args.groups * args.group_size} samples, own game each"}
+    report["trainer"], report["lora"] = [], []
+    for batch in ("shared", "own"):
+        ours, plain, lora = (get({"kind": "trainer", "side": side, "batch": batch}) for side in ("ours", "plain", "lora"))
+        report["trainer"].append({"batch": batch, "batch_label": labels[batch], "ours": ours, "plain": plain,
+                                  "ratio": ratio(ours, plain)})
+        report["lora"].append({"batch": batch, "batch_label": labels[batch], "lora": lora, "full": ours,
+                               "ratio": ratio(lora, ours)})
+
+
+def comparable_settings(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k not in ("resume", "quick")}
+
+
+def finished_measurements(path: Path, settings: dict) -> dict[str, dict]:
+    """The measurements of an earlier report at ``path`` made with the same settings, errors left out."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if comparable_settings(old.get("settings", {})) != comparable_settings(settings):
+        print(f"--resume: {path} was made with other settings; measuring everything again")
+        return {}
+    return {spec_key(r): r for r in all_measurements(old) if "error" not in r and not r.get("pending")}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         worker(args)
         return 0
     passed = worker_argv(args)
+    out = Path(args.out)
+    slug = model_slug(args.model)
+    json_path, md_path = out / f"speed-{slug}.json", out / f"speed-{slug}.md"
+    settings = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
+    results = finished_measurements(json_path, settings) if args.resume else {}
     report: dict[str, Any] = {
         "model": args.model, "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join([python_name(), "bench/speed.py", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": machine_info(args), "load_average_before": load_average(),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("worker", "out")},
-        "sampler": [], "trainer": [], "lora": [],
+        "machine": machine_info(args), "load_average_before": load_average(), "settings": settings,
     }
-    tic = time.perf_counter()
-
-    def run(spec: dict) -> dict:
-        result = run_in_process(spec, args) if args.in_process else run_worker(spec, passed)
-        shown = result.get("error", "").splitlines()[-1:] or [f"{result['tokens_per_s']:,.1f} tok/s, "
-                                                             f"peak +{result['peak_growth_mb']:,.0f} MB"]
-        print(f"[{time.perf_counter() - tic:6.0f}s] {spec['kind']:<8} {spec['side']:<8} "
-              f"{spec.get('batch')!s:<7} {spec.get('new_tokens', '')!s:<4} {shown[0]}", flush=True)
+    for result in results.values():
         for key in ("model_class", "model_params", "dtype"):
             report.setdefault(key, result.get(key))
-        return result
+    out.mkdir(parents=True, exist_ok=True)
+    specs = measurement_specs(args)
+    tic = time.perf_counter()
 
-    for batch in args.batches:
-        for new_tokens in args.new_tokens:
-            row = {"batch": batch, "new_tokens": new_tokens}
-            for side in ("ours", "generate"):
-                row[side] = run({"kind": "sampler", "side": side, "batch": batch, "new_tokens": new_tokens})
-            row["ratio"] = ratio(row["ours"], row["generate"])
-            report["sampler"].append(row)
-    labels = {"shared": f"{args.groups} prompts x {args.group_size} (shared)",
-              "own": f"{args.groups * args.group_size} samples, own game each"}
-    for batch in ("shared", "own"):
-        row = {"batch": batch, "batch_label": labels[batch]}
-        for side in ("ours", "plain"):
-            row[side] = run({"kind": "trainer", "side": side, "batch": batch})
-        row["ratio"] = ratio(row["ours"], row["plain"])
-        report["trainer"].append(row)
-        lora = run({"kind": "trainer", "side": "lora", "batch": batch})
-        report["lora"].append({"batch": batch, "batch_label": labels[batch], "lora": lora, "full": row["ours"],
-                               "ratio": ratio(lora, row["ours"])})
-    report["load_average_after"] = load_average()
-    report["wall_s"] = round(time.perf_counter() - tic, 1)
-    table = render(report)
+    def save(complete: bool) -> str:
+        fill_sections(report, results, args)
+        report["complete"] = complete
+        report["load_average_after"] = load_average()
+        report["wall_s"] = round(time.perf_counter() - tic, 1)
+        table = render(report)
+        json_path.write_text(json.dumps(report, indent=1) + "\n")
+        md_path.write_text(table)
+        return table
+
+    for spec in specs:
+        key = spec_key(spec)
+        if key in results:
+            print(f"[{time.perf_counter() - tic:6.0f}s] {spec['kind']:<8} {spec['side']:<8} "
+                  f"{spec.get('batch')!s:<7} {spec.get('new_tokens', '')!s:<4} reused (--resume)", flush=True)
+            continue
+        result = run_in_process(spec, args) if args.in_process else run_worker(spec, passed)
+        shown = result["error"].splitlines()[0] if "error" in result else (
+            f"{result['tokens_per_s']:,.1f} tok/s, peak +{result['peak_growth_mb']:,.0f} MB")
+        print(f"[{time.perf_counter() - tic:6.0f}s] {spec['kind']:<8} {spec['side']:<8} "
+              f"{spec.get('batch')!s:<7} {spec.get('new_tokens', '')!s:<4} {shown}", flush=True)
+        for name in ("model_class", "model_params", "dtype"):
+            report.setdefault(name, result.get(name))
+        results[key] = result
+        save(complete=False)  # an interrupted run keeps what it measured (--resume continues it)
+    table = save(complete=True)
     print()
     print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    slug = model_slug(args.model)
-    (out / f"speed-{slug}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / f"speed-{slug}.md").write_text(table)
-    print(f"wrote {out / f'speed-{slug}.md'} and .json")
+    print(f"wrote {md_path} and .json")
     return 1 if any("error" in r for r in all_measurements(report)) else 0
 
 

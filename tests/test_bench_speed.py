@@ -70,3 +70,38 @@ def test_a_worker_process_gets_every_resolved_setting():
     assert {k: getattr(again, k) for k in measured} == {k: getattr(args, k) for k in measured}
     assert speed.model_slug("smollm2-135m") == "smollm2-135m"
     assert speed.model_slug(str(ROOT / "some" / "Tiny Model")) == "tiny-model"
+
+
+def load_speed_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_speed", ROOT / "bench" / "speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_resume_reuses_finished_measurements_made_with_the_same_settings(tmp_path):
+    speed = load_speed_module()
+    args = speed.parse_args(["--model", "m", "--quick"])
+    settings = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
+    report = {"settings": settings}
+    done = {"kind": "sampler", "side": "ours", "batch": args.batches[0], "new_tokens": args.new_tokens[0],
+            "tokens_per_s": 10.0}
+    failed = {"kind": "trainer", "side": "plain", "batch": "shared", "error": "exit 1: boom"}
+    speed.fill_sections(report, {speed.spec_key(done): done, speed.spec_key(failed): failed}, args)
+    path = tmp_path / "speed-m.json"
+    path.write_text(json.dumps(report))
+
+    # the finished measurement comes back; the failed one and the pending ones are measured again
+    again = speed.finished_measurements(path, {**settings, "resume": True})
+    assert list(again.values()) == [done]
+    pending = [r for r in speed.all_measurements(report) if r.get("pending")]
+    assert len(pending) == len(speed.measurement_specs(args)) - 2
+    assert "**Incomplete**" in speed.render({**report, "complete": False, "model": "m", "date": "d",
+                                             "machine": {"cpu": "c", "usable_cores": 2, "cores": 2, "device": "cpu",
+                                                         "threads": 1, "torch": "t", "transformers": "t", "peft": "p"},
+                                             "load_average_before": [0, 0, 0], "load_average_after": [0, 0, 0],
+                                             "model_class": "X", "model_params": 1, "dtype": "float32"})
+    # other settings: nothing is reused
+    assert speed.finished_measurements(path, {**settings, "threads": settings["threads"] + 1}) == {}

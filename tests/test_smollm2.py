@@ -120,5 +120,5 @@ def test_the_recipes_settings_are_a_valid_config(estimator, extra):
         ["bash", "-c", f'source scripts/smollm2-135m/common.sh && printf "%s\\n" "${{SMOLLM2_ARGS[@]}}" "${{{extra}[@]}}"'],
         cwd=root, capture_output=True, text=True, check=True).stdout.split()
     cfg = parse_config(listed + ["--advantage-estimator", estimator])
-    assert (cfg.model, cfg.lora_rank, cfg.warm_start_steps, cfg.eval_games) == ("smollm2-135m", 32, 12, 64)
+    assert (cfg.model, cfg.lora_rank, cfg.warm_start_steps, cfg.eval_games) == ("smollm2-135m", 32, 16, 64)
     assert cfg.multi_turn and cfg.env == "vaults"

@@ -57,3 +57,17 @@ def test_warm_start_is_for_environments_only(tmp_path, model_dir):
 def test_negative_warm_start_steps_name_the_flag():
     with pytest.raises(ConfigError, match="--warm-start-steps must be >= 0"):
         parse_config(["--warm-start-steps", "-1"])
+
+
+def test_the_bootstrap_schedule_ramps_then_decays():
+    from tempo_plugin.backends.local.bootstrap import lr_factor
+
+    # the tiny bootstrap's 20-step ramp over a 12-step run: (s + 1) / 20 * (1 - s / 12), never above 0.18
+    assert lr_factor(0, 12, 20) == pytest.approx(0.05)
+    assert lr_factor(5, 12, 20) == pytest.approx(0.3 * 7 / 12)
+    assert max(lr_factor(s, 12, 20) for s in range(12)) == pytest.approx(0.35 * 6 / 12)
+    # the warm start's 2-step ramp: half the peak, then the decay (floor 0.05)
+    assert lr_factor(0, 12, model_module.WARM_START_RAMP) == pytest.approx(0.5)
+    assert lr_factor(1, 12, model_module.WARM_START_RAMP) == pytest.approx(11 / 12)
+    assert lr_factor(11, 12, model_module.WARM_START_RAMP) == pytest.approx(1 / 12)
+    assert lr_factor(199, 200, 20) == pytest.approx(0.05)

@@ -2,7 +2,7 @@
 # short supervised warm start (its prompted actions are not in the game's format) and rank-32 LoRA
 # adapters, sized for a 2-core CPU: 4 start states (games) x 4 branches (episodes) per update.
 SMOLLM2_ARGS=(
-  --model smollm2-135m --warm-start-steps 12
+  --model smollm2-135m --warm-start-steps 16
   --lora-rank 32 --learning-rate 2e-4 --td-learning-rate 2e-4
   --max-assistant-tokens 12 --critic-max-tokens 32
   --states-per-batch 4 --branches 4 --eval-games 64

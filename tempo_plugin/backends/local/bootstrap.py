@@ -191,6 +191,7 @@ def supervised_bootstrap(
     key_rooms_per_step: int = 64,
     critic_per_step: int = 12,
     progress: Callable[[int, float], None] | None = None,
+    ramp_steps: int = 20,
 ) -> list[float]:
     """Cross-entropy on the demonstration tokens (mask 1 only). Returns the loss per step."""
     rng = random.Random(seed)
@@ -215,7 +216,12 @@ def supervised_bootstrap(
             critic += critic_demos(protocol, env, game, rng, max_steps, count=4)
         return backward_role_losses(model, [actor, keys, critic], pad_id, device)
 
-    return supervised_steps(model, steps, learning_rate, step_loss, progress)
+    return supervised_steps(model, steps, learning_rate, step_loss, progress, ramp_steps)
+
+
+def lr_factor(step: int, steps: int, ramp_steps: int) -> float:
+    """The bootstrap schedule's factor on the peak rate at 0-based ``step`` of ``steps``."""
+    return min(1.0, (step + 1) / max(ramp_steps, 1)) * max(0.05, 1 - step / max(steps, 1))
 
 
 def supervised_steps(
@@ -224,12 +230,16 @@ def supervised_steps(
     learning_rate: float,
     step_loss: Callable[[int], float],
     progress: Callable[[int, float], None] | None = None,
+    ramp_steps: int = 20,
 ) -> list[float]:
-    """The bootstrap loop shared by every tiny-model bootstrap: AdamW with 20 warm-up steps and a
-    linear decay to 5%, gradient clip 1. ``step_loss(step)`` runs the backward pass and returns the
-    loss value. Returns the loss per step."""
+    """The bootstrap loop shared by every bootstrap and warm start: AdamW with a linear ramp over
+    ``ramp_steps`` steps and a linear decay to 5%, gradient clip 1. ``step_loss(step)`` runs the
+    backward pass and returns the loss value. Returns the loss per step.
+
+    A ramp as long as the run never reaches the peak rate: 12 steps under a 20-step ramp peak at
+    0.18 of it, so a short warm start passes a short ramp."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(steps, 1)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, steps, ramp_steps))
     losses = []
     model.train()
     for step in range(steps):

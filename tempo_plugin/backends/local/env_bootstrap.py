@@ -88,6 +88,7 @@ def env_bootstrap(
     seed: int,
     learning_rate: float = 2e-3,
     progress: Callable[[int, float], None] | None = None,
+    ramp_steps: int = 20,
 ) -> list[float]:
     """Cross-entropy on the demonstration tokens, one episode and its critic demos per step."""
     rng = random.Random(seed)
@@ -99,4 +100,4 @@ def env_bootstrap(
         actor, critic = env_demos(protocol, env, DEMO_GAME_OFFSET + seed * 100_003 + step, rng, max_steps, critic_count=4)
         return backward_role_losses(model, [actor, critic], pad_id, device)
 
-    return supervised_steps(model, steps, learning_rate, step_loss, progress)
+    return supervised_steps(model, steps, learning_rate, step_loss, progress, ramp_steps)

@@ -122,9 +122,10 @@ def build_bootstrapped_tiny(
     return load_pretrained(str(cache), device)
 
 
-WARM_START_VERSION = 1  # bump when the warm start's data or settings change
-WARM_START_LR = 2e-4  # AdamW peak learning rate (20 ramp steps, then linear decay), full fine-tuning
-WARM_START_KEY_ROOMS = 16  # key-room decisions per step (the tiny bootstrap: 64)
+WARM_START_VERSION = 3  # bump when the warm start's data or settings change
+WARM_START_LR = 2e-4  # AdamW peak learning rate, full fine-tuning
+WARM_START_RAMP = 2  # steps of linear ramp to the peak rate, then linear decay (the tiny bootstrap: 20)
+WARM_START_KEY_ROOMS = 64  # key-room decisions per step, as the tiny bootstrap: the sign rule is learnt from them
 WARM_START_CRITIC = 4  # critic demonstrations per step (the tiny bootstrap: 12)
 
 
@@ -163,11 +164,11 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
     if cfg.env in BUILT_IN:
         supervised_bootstrap(model, protocol, cfg.env, cfg.warm_start_steps, cfg.max_episode_steps, cfg.seed,
                              learning_rate=WARM_START_LR, key_rooms_per_step=WARM_START_KEY_ROOMS,
-                             critic_per_step=WARM_START_CRITIC, progress=progress)
+                             critic_per_step=WARM_START_CRITIC, progress=progress, ramp_steps=WARM_START_RAMP)
     else:
         make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
         env_bootstrap(model, protocol, make_env, cfg.warm_start_steps, cfg.max_episode_steps, cfg.seed,
-                      learning_rate=WARM_START_LR, progress=progress)
+                      learning_rate=WARM_START_LR, progress=progress, ramp_steps=WARM_START_RAMP)
     for weight in embeddings:
         weight.requires_grad_(True)
     tmp = cache.with_name(cache.name + ".tmp")
