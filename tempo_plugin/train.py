@@ -216,7 +216,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         return train_game(cfg.seed, progress.game_cursor - 1)
 
     bar = tqdm(range(progress.next_update, cfg.total_updates), initial=progress.next_update,
-               total=cfg.total_updates, desc="TEMPO", unit="update")
+               total=cfg.total_updates, desc=cfg.advantage_estimator.upper(), unit="update")
     for update in bar:
         tic = time.perf_counter()
         if cfg.episode_estimator:
