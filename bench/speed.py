@@ -478,6 +478,14 @@ def fmt(value: Any, digits: int = 1) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def markdown_table(title: str, header: list[str], align: str, rows: list[list[str]]) -> list[str]:
+    """A ``## title`` section holding one table; ``align`` has one letter per column, l or r."""
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    return ["", f"## {title}", "", line(header), line(["---:" if a == "r" else "---" for a in align]), *map(line, rows)]
+
+
 def render(report: dict) -> str:
     s, m = report["settings"], report["machine"]
     lines = [
@@ -493,44 +501,42 @@ def render(report: dict) -> str:
         f"Model: {report.get('model_class', '?')}, {fmt(report.get('model_params'))} parameters, {report.get('dtype', '?')}. "
         f"Median of {s['repeats']} calls after one warm-up; "
         + ("all measurements in one process." if s.get("in_process") else "each measurement in its own process."),
-        "",
-        "## Sampler: generated tokens/s",
-        "",
-        "| B x L | prompt tokens (mean) | ours tok/s | generate tok/s | ours / generate | tokens ours | tokens generate | peak mem ours (MB) | peak mem generate (MB) |",
-        "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",
     ]
+    rows = []
     for row in report["sampler"]:
         ours, base = row["ours"], row["generate"]
         prompt = statistics.mean(ours.get("prompt_tokens") or base.get("prompt_tokens") or [0])
         counts = [f"{r.get('generated_tokens', ['n/a'])[-1]} / {row['batch'] * row['new_tokens']}" for r in (ours, base)]
-        lines.append(f"| {row['batch']} x {row['new_tokens']} | {prompt:.0f} | {fmt(ours.get('tokens_per_s'))} | "
-                     f"{fmt(base.get('tokens_per_s'))} | {fmt(row['ratio'], 2)} | {counts[0]} | {counts[1]} | "
-                     f"{fmt(ours.get('peak_growth_mb'))} | {fmt(base.get('peak_growth_mb'))} |")
-    lines += [
-        "",
-        "## Trainer: one optimiser step, real tokens of the samples / seconds",
-        "",
-        "| batch | samples | tokens | model tokens (ours) | ours tok/s | plain tok/s | ours / plain | ours s | plain s | peak mem ours (MB) | peak mem plain (MB) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+        rows.append([f"{row['batch']} x {row['new_tokens']}", f"{prompt:.0f}", fmt(ours.get("tokens_per_s")),
+                     fmt(base.get("tokens_per_s")), fmt(row["ratio"], 2), counts[0], counts[1],
+                     fmt(ours.get("peak_growth_mb")), fmt(base.get("peak_growth_mb"))])
+    lines += markdown_table(
+        "Sampler: generated tokens/s",
+        ["B x L", "prompt tokens (mean)", "ours tok/s", "generate tok/s", "ours / generate", "tokens ours",
+         "tokens generate", "peak mem ours (MB)", "peak mem generate (MB)"],
+        "lrrrrllrr", rows)
+    rows = []
     for row in report["trainer"]:
         ours, base = row["ours"], row["plain"]
-        lines.append(f"| {row['batch_label']} | {fmt(ours.get('samples'))} | {fmt(ours.get('tokens'))} | "
-                     f"{fmt(ours.get('model_tokens'))} | {fmt(ours.get('tokens_per_s'))} | {fmt(base.get('tokens_per_s'))} | "
-                     f"{fmt(row['ratio'], 2)} | {fmt(ours.get('median_s'), 2)} | {fmt(base.get('median_s'), 2)} | "
-                     f"{fmt(ours.get('peak_growth_mb'))} | {fmt(base.get('peak_growth_mb'))} |")
-    lines += [
-        "",
-        f"## LoRA (rank {s['lora_rank']}, alpha {2 * s['lora_rank']}, all projections) against full fine-tuning, our trainer",
-        "",
-        "| batch | trainable params | LoRA tok/s | full tok/s | LoRA / full | peak mem LoRA (MB) | peak mem full (MB) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+        rows.append([row["batch_label"], fmt(ours.get("samples")), fmt(ours.get("tokens")), fmt(ours.get("model_tokens")),
+                     fmt(ours.get("tokens_per_s")), fmt(base.get("tokens_per_s")), fmt(row["ratio"], 2),
+                     fmt(ours.get("median_s"), 2), fmt(base.get("median_s"), 2), fmt(ours.get("peak_growth_mb")),
+                     fmt(base.get("peak_growth_mb"))])
+    lines += markdown_table(
+        "Trainer: one optimiser step, real tokens of the samples / seconds",
+        ["batch", "samples", "tokens", "model tokens (ours)", "ours tok/s", "plain tok/s", "ours / plain", "ours s",
+         "plain s", "peak mem ours (MB)", "peak mem plain (MB)"],
+        "lrrrrrrrrrr", rows)
+    rows = []
     for row in report["lora"]:
         lora, full = row["lora"], row["full"]
-        lines.append(f"| {row['batch_label']} | {fmt(lora.get('trainable_params'))} | {fmt(lora.get('tokens_per_s'))} | "
-                     f"{fmt(full.get('tokens_per_s'))} | {fmt(row['ratio'], 2)} | {fmt(lora.get('peak_growth_mb'))} | "
-                     f"{fmt(full.get('peak_growth_mb'))} |")
+        rows.append([row["batch_label"], fmt(lora.get("trainable_params")), fmt(lora.get("tokens_per_s")),
+                     fmt(full.get("tokens_per_s")), fmt(row["ratio"], 2), fmt(lora.get("peak_growth_mb")),
+                     fmt(full.get("peak_growth_mb"))])
+    lines += markdown_table(
+        f"LoRA (rank {s['lora_rank']}, alpha {2 * s['lora_rank']}, all projections) against full fine-tuning, our trainer",
+        ["batch", "trainable params", "LoRA tok/s", "full tok/s", "LoRA / full", "peak mem LoRA (MB)", "peak mem full (MB)"],
+        "lrrrrrr", rows)
     methods = {r.get("memory_method") for r in all_measurements(report) if r.get("memory_method")}
     lines += [
         "",
