@@ -86,30 +86,36 @@ def reusable(out: Path, key: dict) -> bool:
     return (out / "summary.json").is_file() and key_file.is_file() and json.loads(key_file.read_text()) == key
 
 
-def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
-    out = Path(args.out) / f"{run_slug(name)}-seed{seed}"
-    trainer_args = [*METHODS[name], "--seed", str(seed), "--td-updates", "1000", "--max-env-steps", str(args.env_steps),
-                    "--eval-games", str(args.eval_games), "--out", str(out), *args.extra]
-    command = [sys.executable, "-m", "tempo_plugin.train", *trainer_args]
+def run_trainer(label: str, out: Path, trainer_args: list[str], threads: int) -> Path:
+    """Train into ``out`` with ``trainer_args`` (its log beside it), unless a finished run made with
+    the same key is there already."""
+    command = [sys.executable, "-m", "tempo_plugin.train", *trainer_args, "--out", str(out)]
     key = run_key(trainer_args)
     if reusable(out, key):
-        print(f"{name} seed {seed}: done before, reading {out}", flush=True)
+        print(f"{label}: done before, reading {out}", flush=True)
         return out
     if out.exists():
         import shutil
 
         # interrupted, or made with other arguments or another bootstrap: start it again
-        print(f"{name} seed {seed}: {out} is unfinished or from other settings; running it again", flush=True)
+        print(f"{label}: {out} is unfinished or from other settings; running it again", flush=True)
         shutil.rmtree(out)
     record_key(out, key)
-    print(f"{name} seed {seed}: {' '.join(command[1:])}", flush=True)
+    print(f"{label}: {' '.join(command[1:])}", flush=True)
     tic = time.perf_counter()
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     with open(out.parent / f"{out.name}.log", "w") as log:
         subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
                        env={**os.environ, "OMP_NUM_THREADS": str(threads)})
-    print(f"{name} seed {seed}: {time.perf_counter() - tic:.0f} s", flush=True)
+    print(f"{label}: {time.perf_counter() - tic:.0f} s", flush=True)
     return out
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
+    out = Path(args.out) / f"{run_slug(name)}-seed{seed}"
+    trainer_args = [*METHODS[name], "--seed", str(seed), "--td-updates", "1000", "--max-env-steps", str(args.env_steps),
+                    "--eval-games", str(args.eval_games), *args.extra]
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    return run_trainer(f"{name} seed {seed}", out, trainer_args, threads)
 
 
 def eval_points(run: Path) -> list[tuple[float, float]]:

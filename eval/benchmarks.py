@@ -12,7 +12,10 @@ Two metrics per benchmark, each with its standard error over the items (games or
   std(per-item pass@k) / sqrt(items), with the sample standard deviation (ddof 1).
 
 **Agent benchmarks** play the first ``games`` held-out games (``rollout.games.eval_games``) of an
-environment through the training engine (``TempoRollout.play_episodes``), with the target's
+environment, built by ``envs.eval_env_factory`` so that no game is a training game (TextWorld: the
+``<games>/eval`` folder; ALFWorld: the split of ``Settings.eval_split``, else the run's
+``--eval-split``, else ``valid_unseen``; a missing or empty folder skips the benchmark with one line
+naming it and the command that makes it), through the training engine (``TempoRollout.play_episodes``), with the target's
 generation settings (``max_assistant_tokens``, ``max_episode_steps``, ``max_trajectory_tokens``: the
 run's, else ``TempoConfig``'s defaults); success = the episode was won. **Math benchmarks** answer
 each problem of a ``{"prompt", "label"}`` JSONL file (``tasks.math``) once per sample, prompted as
@@ -124,6 +127,7 @@ class Settings:
     temperature: float | None = None  # sampling temperature of pass@k (None: the target's)
     top_p: float | None = None
     max_new_tokens: int = 1024  # math answers
+    eval_split: str | None = None  # ALFWorld's held-out split (None: the run's --eval-split, valid_unseen for a model)
 
     def sampling(self, cfg: TempoConfig) -> tuple[float, float]:
         return (self.temperature if self.temperature is not None else cfg.temperature,
@@ -177,13 +181,18 @@ class AgentBenchmark:
         return self.games * (1 + settings.samples)
 
     def run(self, policy: Policy, settings: Settings, progress: Progress = lambda n: None) -> Result:
-        from tempo_plugin.envs import env_factory
+        from tempo_plugin.envs import DEFAULT_EVAL_SPLIT, HELD_OUT_SPLITS, eval_env_factory, held_out_split
 
         cfg = policy.config
         tic = time.perf_counter()
-        data_dir = cfg.env_data if self.env == cfg.env else ""
+        own = self.env == cfg.env  # the target's own environment: its game folder and settings
+        data_dir = cfg.env_data if own else ""
+        eval_split = cfg.eval_split if own else DEFAULT_EVAL_SPLIT
+        if settings.eval_split in HELD_OUT_SPLITS.get(self.env, ()):  # --eval-split names an ALFWorld split
+            eval_split = settings.eval_split
         try:
-            make_env = env_factory(self.env, cfg.max_episode_steps, data_dir)
+            make_env = eval_env_factory(self.env, cfg.max_episode_steps, data_dir, cfg.vaults if own else 3, eval_split)
+            split = held_out_split(self.env, eval_split)
         except (ValueError, ImportError, FileNotFoundError) as error:
             progress(self.work(settings))
             return Result(self.name, skipped=str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
@@ -196,7 +205,8 @@ class AgentBenchmark:
             self.name,
             metrics={GREEDY: greedy_score(greedy), pass_name(settings.k): pass_at_k_score(sampled, settings.samples, settings.k)},
             seconds=time.perf_counter() - tic,
-            info={"kind": "agent", "games": self.games, "max_episode_steps": cfg.max_episode_steps,
+            info={"kind": "agent", "games": self.games, **({"split": split} if split else {}),
+                  "max_episode_steps": cfg.max_episode_steps,
                   "max_assistant_tokens": cfg.max_assistant_tokens, "max_trajectory_tokens": cfg.max_trajectory_tokens,
                   "temperature": temperature, "top_p": top_p},
         )

@@ -32,7 +32,10 @@ targets:
 benchmarks:
   agent: the first --games held-out games of each environment of --envs (default: the env a
     TEMPO/multi-turn GRPO run trained on; vaults for a model or server, none when --math is given).
-    textworld and alfworld need their extras and game files, else they are reported as skipped.
+    textworld and alfworld need their extras and held-out game folders, which training never plays
+    (textworld: <games>/eval; alfworld: the split of --eval-split, else the run's, else valid_unseen;
+    see data/README.md), else they are reported as skipped with the folder and the command that
+    makes it.
   math: --math NAME=PATH.jsonl, a file of {"prompt", "label"} lines (see data/README.md).
   greedy = one episode/answer per item at temperature 1e-5; pass@k = unbiased estimator from
   --samples sampled episodes/answers per item. The +- is one standard error over the items.
@@ -67,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated environments to play: vaults, vault, textworld, alfworld; 'all' (every "
                         "one, unavailable ones reported as skipped) or 'none' (default: see below)")
     p.add_argument("--games", type=int, default=64, metavar="N", help="held-out games per environment (default: %(default)s)")
+    p.add_argument("--eval-split", choices=("valid_unseen", "valid_seen"),
+                   help="ALFWorld's held-out split to play (default: a run's own --eval-split, else valid_unseen)")
     p.add_argument("--math", action="append", default=[], metavar="NAME=PATH",
                    help="a math benchmark: a local JSONL file of {prompt, label} lines named NAME; repeatable")
     p.add_argument("--problems", type=int, metavar="N",
@@ -253,7 +258,7 @@ def run(argv: Sequence[str]) -> int:
     transformers_logging.disable_progress_bar()  # one progress bar: ours
     torch.set_num_threads(args.threads or max(1, min(os.cpu_count() or 1, 16)))
     settings = Settings(k=args.k, samples=args.samples, seed=args.seed, temperature=args.temperature,
-                        top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, eval_split=args.eval_split)
     tic = time.perf_counter()
     with torch.no_grad():
         results = evaluate(targets, benchmarks, settings, not args.no_progress)
@@ -262,8 +267,8 @@ def run(argv: Sequence[str]) -> int:
     names = [t.name for t in targets]
     bench_names = [b.name for b in benchmarks]
     table = markdown_table(names, bench_names, results)
-    recorded = {"command": [PROG, *argv], "envs": envs, "games": args.games, "math": args.math,
-                "problems": args.problems, "k": args.k, "samples": args.samples, "seed": args.seed,
+    recorded = {"command": [PROG, *argv], "envs": envs, "games": args.games, "eval_split": args.eval_split,
+                "math": args.math, "problems": args.problems, "k": args.k, "samples": args.samples, "seed": args.seed,
                 "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
                 "device": args.device, "greedy_temperature": GREEDY_TEMPERATURE,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

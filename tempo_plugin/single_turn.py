@@ -227,7 +227,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.td_learning_rate,
                                   betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     trainer = PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
-                            cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch)
+                            cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch,
+                            cfg.policy_loss)
     wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
     log = MetricsLog(out / "metrics.jsonl", mirror=wandb_run.log if wandb_run else None)
     if cfg.eval_games > 0:

@@ -2,7 +2,9 @@
 
 Loads the policy (a local HF model directory, or the bootstrapped built-in tiny model), measures
 the base success rate on held-out games, runs the critic warm-up (Monte-Carlo targets) and the TD
-phase (actor and critic in one update), then measures the final success rate. With
+phase (actor and critic in one update), then measures the final success rate. The held-out games
+come from ``envs.eval_env_factory``: for TextWorld and ALFWorld a folder of games training never
+plays (ALFWorld's ``--eval-split``), for the built-in games seeds training never reaches. With
 ``--advantage-estimator grpo`` and no ``--task`` the same loop runs multi-turn GRPO (complete
 episodes, episode return) instead of the two phases. Writes to --out:
 config.yaml, metrics.jsonl, critic_values.jsonl (the critic's estimate and target per valued state), curves.png, summary.json and checkpoints/latest (resume with --resume); with --lora-rank the checkpoint holds the adapters only.
@@ -29,7 +31,7 @@ from tempo_plugin.backends.local.model import load_policy, load_pretrained, reso
 from tempo_plugin.backends.local.sampler import LocalSampler
 from tempo_plugin.backends.local.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag, parse_config
-from tempo_plugin.envs import env_factory
+from tempo_plugin.envs import env_factory, eval_env_factory
 from tempo_plugin.metrics import (
     ENV_STEPS,
     IDENTICAL_PATIENCE,
@@ -158,7 +160,10 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     try:
-        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
+        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults)
+        # the held-out games: checked before any model is loaded, so a missing folder stops the run at once
+        make_eval_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults,
+                                         cfg.eval_split) if cfg.eval_games > 0 else make_env
     except (ValueError, ImportError, FileNotFoundError) as error:
         raise ConfigError(str(error)) from None
 
@@ -183,6 +188,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     model.eval()
     protocol = ChatProtocol(tokenizer)
     rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env)
+    eval_rollout = TempoRollout(cfg, rollout.sampler, protocol, make_eval_env)  # held-out games only
     if cfg.freeze_embeddings and not cfg.lora_rank:  # LoRA: the whole base is frozen, embeddings included
         # Adam turns the tiny, consistent push-down gradients that every unused vocabulary row gets
         # from the softmax into full learning-rate steps; with one model in two roles this drifts
@@ -192,7 +198,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=cfg.learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     trainer = PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
-                            cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch)
+                            cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch,
+                            cfg.policy_loss)
     store = StateStore(cfg.state_store_capacity, seed=cfg.seed + 1)
     progress = Progress()
     if cfg.resume:
@@ -204,7 +211,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
 
     def evaluate(update: int, what: str) -> float:
         print(f"measuring the {what} policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
-        rate = rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
+        rate = eval_rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
         log.log({"phase": "eval", "update": update, SUCCESS_RATE: rate, ENV_STEPS: float(progress.env_steps)})
         return rate
 

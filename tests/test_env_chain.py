@@ -440,7 +440,7 @@ def test_registry():
     assert isinstance(env, VaultChainEnv) and env.max_steps == 30 and env.options == (3, 2, 4)
     assert env.reset(0).startswith("Key room 1 of 3.")
     assert isinstance(env, Env)
-    assert env_options("vaults", 30) == {"max_steps": 30}
+    assert env_options("vaults", 30) == {"max_steps": 30, "vaults": 3}
     with pytest.raises(ValueError, match="--env-data") as info:
         env_options("vaults", 30, "x")
     assert "vaults" in str(info.value)
@@ -448,3 +448,13 @@ def test_registry():
         make("vaults", max_steps=10)
     built = env_factory("vaults", 30)()
     assert isinstance(built, VaultChainEnv) and built is not env
+
+
+def test_vaults_flag_sets_the_chain_length_of_vaults_only():
+    env = env_factory("vaults", 60, vaults=6)()
+    env.reset(3)
+    assert len(env.game.vaults) == 6 and "Key room 1 of 6" in env.observation
+    assert env_options("vaults", 40, vaults=2) == {"max_steps": 40, "vaults": 2}
+    assert env_options("vault", 40) == {"max_steps": 40}
+    with pytest.raises(ValueError, match="--vaults is the chain length of --env vaults, not of vault"):
+        env_options("vault", 40, vaults=4)

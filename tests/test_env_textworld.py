@@ -198,15 +198,17 @@ def test_missing_games_is_a_one_line_error(tmp_path):
 def test_cli_make_games(tmp_path):
     out = tmp_path / "cli_games"
     done = subprocess.run(
-        [sys.executable, "-m", "tempo_plugin.envs.textworld", "--make-games", str(out), "--count", "1", "--seed", "3"],
+        [sys.executable, "-m", "tempo_plugin.envs.textworld", "--make-games", str(out), "--count", "1", "--seed", "3",
+         "--eval-count", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert (out / "game_00000.z8").is_file() and (out / "game_00000.json").is_file()
+    for split in ("train", "eval"):  # training games and held-out games (tests/test_heldout_splits.py)
+        assert (out / split / "game_00000.z8").is_file() and (out / split / "game_00000.json").is_file()
     env = TextWorldEnv(str(out))
     assert "Actions: " in env.reset(0)
     bad = subprocess.run(
-        [sys.executable, "-m", "tempo_plugin.envs.textworld", "--make-games", str(out), "--count", "0"],
+        [sys.executable, "-m", "tempo_plugin.envs.textworld", "--make-games", str(out), "--count", "-1"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0

@@ -491,3 +491,19 @@ def test_a_decaying_learning_rate_needs_tempos_step_count(tmp_path, tokenizer_di
     grpo = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", tempo=tempo, lr_decay_style="cosine",
                       rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout", **recipe)
     TempoDataSource(grpo)
+
+
+def test_preset_reference_on_slime_needs_the_unclipped_per_token_loss(tmp_path, tokenizer_dir):
+    """``preset: reference`` in the YAML gives the method's settings on slime too; its loss is slime's
+    own with the clip opened and per-token aggregation, so other slime loss flags are refused."""
+    args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", tempo={"preset": "reference"},
+                      eps_clip=0.2, eps_clip_high=None, calculate_per_token_loss=False)
+    with pytest.raises(ConfigError, match="pass --eps-clip 1e9 --eps-clip-high 1e9 --calculate-per-token-loss"):
+        settings.tempo_config_from_args(args)
+    args.eps_clip, args.calculate_per_token_loss = 1e9, True  # --eps-clip-high unset: slime copies --eps-clip
+    cfg = settings.tempo_config_from_args(args)
+    assert (cfg.unvalued_endpoint, cfg.warmup_start_states, cfg.critic_prompt, cfg.critic_reward) == (
+        "zero", False, "reference", "abs")
+    args.eps_clip_high = 0.28  # a clip left on the high side
+    with pytest.raises(ConfigError, match="policy_loss importance_sampling"):
+        settings.tempo_config_from_args(args)

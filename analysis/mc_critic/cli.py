@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.envs import HELD_OUT_SPLITS
 from tempo_plugin.runs import OneLineParser, UsageError
 
 from analysis.mc_critic.ground_truth import DEFAULT_BATCH_TOKENS
@@ -26,7 +27,8 @@ plots to --out; per-state results go to cache.jsonl there, and a rerun skips wha
 EPILOG = """\
 states:
   agent environments (the run's --env, default vaults): one episode of the run's actor on each of
-  the first --games held-out games; states at rounds 0, E, 2E, ... (E = --every-rounds).
+  the first --games held-out games (textworld: <games>/eval; alfworld: the run's --eval-split,
+  valid_unseen by default; never a training game); states at rounds 0, E, 2E, ... (E = --every-rounds).
   single-turn runs (--task, PPO/TPPO/GRPO): one answer to each of the first --games held-out
   problems; states every --every-tokens answer tokens.
 critics:
@@ -129,7 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _generation(cfg: TempoConfig) -> dict[str, Any]:
     keys = ("env", "env_data", "task", "max_episode_steps", "max_trajectory_tokens", "max_assistant_tokens",
             "critic_max_tokens", "temperature", "top_p", "restore")
-    return {k: getattr(cfg, k) for k in keys}
+    generation = {k: getattr(cfg, k) for k in keys}
+    splits = HELD_OUT_SPLITS.get(cfg.env, ()) if cfg.multi_turn else ()
+    if splits:  # the states come from the held-out folder (earlier versions played the training games)
+        generation["held_out_split"] = cfg.eval_split if cfg.eval_split in splits else splits[0]
+    return generation
 
 
 def _unique(states: Sequence[Any]) -> list[Any]:
@@ -199,7 +205,7 @@ def run(args: argparse.Namespace) -> dict:
     names: set[str] = set()
 
     if multi_turn:
-        from tempo_plugin.envs import env_factory
+        from tempo_plugin.envs import eval_env_factory
         from tempo_plugin.rollout.games import eval_games
         from tempo_plugin.rollout.updates import TempoRollout
 
@@ -207,8 +213,8 @@ def run(args: argparse.Namespace) -> dict:
         from analysis.mc_critic.ground_truth import agent_mc
         from analysis.mc_critic.states import action_children, agent_states
 
-        try:
-            make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
+        try:  # held-out games, as the trainer's evaluation: TextWorld's <games>/eval, ALFWorld's --eval-split
+            make_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults, cfg.eval_split)
         except (ValueError, ImportError, FileNotFoundError) as error:
             raise UsageError(f"{args.run}: environment {cfg.env!r}: {error}") from None
         rollout = TempoRollout(cfg, sampler, protocol, make_env)

@@ -1,7 +1,8 @@
 """The states the critics are measured on.
 
 Agent environments: the run's actor plays one episode on each of the first ``games`` held-out games
-(``rollout.games.eval_games``); the states are the macro-step boundaries of each episode (rounds
+(``rollout.games.eval_games`` on the environments of ``envs.eval_env_factory``: for TextWorld and
+ALFWorld a folder of games training never plays); the states are the macro-step boundaries of each episode (rounds
 0, E, 2E, ... before it ends, E = --every-rounds, default the run's H), taken as MacroStates with
 ``Branch.state_after``, so they restore exactly (snapshot or replay, checked against the saved
 observation) and keep the exact token prefix the actor was sampled on.

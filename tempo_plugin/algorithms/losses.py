@@ -1,4 +1,5 @@
-"""Clipped policy-gradient loss, the same surrogate as slime's ``compute_policy_loss``.
+"""Policy-gradient losses: the clipped surrogate (``--policy-loss ppo``, the same as slime's
+``compute_policy_loss``) and the method's importance-sampling loss (``--policy-loss importance_sampling``).
 
 Per loss token t with current log-prob log pi_theta, old (sampler) log-prob log pi_old and
 advantage A_t:
@@ -8,6 +9,10 @@ advantage A_t:
 
 The per-sample loss is the mean of l_t over its loss tokens, and the batch loss the mean over
 samples (slime's default aggregation when ``--calculate-per-token-loss`` is off).
+
+The importance-sampling loss has no clip and sums over every loss token of every sample:
+
+    L = sum_i sum_t -rho_{i,t} A_{i,t}
 """
 
 from __future__ import annotations
@@ -49,3 +54,20 @@ def clipped_policy_loss(
         clip_fraction = (((unclipped < clipped).to(mask.dtype)) * mask).sum() / total
         approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / total
     return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
+
+
+def importance_sampling_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+) -> PolicyLossOutput:
+    """All inputs are [B, T]; the loss is summed over the loss tokens of all B samples (not averaged)."""
+    mask = loss_mask.to(logprobs.dtype)
+    log_ratio = (logprobs - old_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    loss = (-ratio * advantages * mask).sum()
+    with torch.no_grad():
+        total = mask.sum().clamp(min=1.0)
+        approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / total
+    return PolicyLossOutput(loss=loss, clip_fraction=torch.zeros((), dtype=logprobs.dtype), approx_kl=approx_kl)

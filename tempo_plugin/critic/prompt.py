@@ -1,6 +1,12 @@
-"""The critic prompt: one place for its wording.
+"""The critic prompts: one place for their wording.
 
-The critic sees the task, a condensed history, where the episode stands (round r of T) and, last,
+Two prompts, chosen by ``--critic-prompt``. ``reference`` is the method's: the task, the
+privileged reference, and the condensed transcript of every turn (the first user message as the
+initial situation, each actor turn as it was written, each observation without its action list),
+asking the critic to reason briefly and end with the value line. ``condensed`` (the default, below)
+is shorter.
+
+The condensed prompt: the critic sees the task, a condensed history, where the episode stands (round r of T) and, last,
 right before the question, the privileged information (hidden from the actor). The history is the
 actions taken so far and the current observation without its action list: the observations are a
 deterministic function of the actions, and this keeps critic prompts short over long episodes.
@@ -44,3 +50,43 @@ def critic_messages(
 def format_value(value: float) -> str:
     """The answer format the critic is taught: two decimals in value tags."""
     return f"<value>{min(1.0, max(0.0, value)):.2f}</value>"
+
+
+REFERENCE_CRITIC_SYSTEM_PROMPT = (
+    "You assess a text-game agent in the middle of an episode. You are given the task, reference facts the "
+    "agent cannot see, and everything that has happened so far. Judge how likely the agent is to complete the "
+    "task from here: what it has already done, whether its course still leads to the goal given the reference, "
+    "and what still stands in its way. Reason in a few words, do not act in the game, and finish with exactly "
+    "one line <value>p</value>, p between 0.00 and 1.00."
+)
+
+
+def condensed_transcript(messages: Sequence[tuple[str, str]]) -> str:
+    """The episode so far as the reference critic reads it: system turns left out, the first user turn
+    as the initial situation, then ``Actor:`` / ``Environment:`` entries (observations without their
+    action list), separated by blank lines."""
+    entries: list[str] = []
+    for role, content in messages:
+        if role == "system":
+            continue
+        if not entries:
+            entries.append(f"Initial situation:\n{content}")
+        elif role == "assistant":
+            entries.append(f"Actor: {content}")
+        else:
+            entries.append(f"Environment: {without_action_list(content)}")
+    return "\n\n".join(entries)
+
+
+def reference_critic_messages(task: str, privileged_info: str, messages: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    """The method's critic prompt (``--critic-prompt reference``); ``messages`` are the actor's
+    (role, content) turns up to the state."""
+    transcript = condensed_transcript(messages) or "(the episode has just started)"
+    user = (
+        "The episode is in progress.\n"
+        f"Task: {task}\n"
+        f"Reference (hidden from the agent):\n{privileged_info or '(empty)'}\n"
+        f"Interaction so far:\n{transcript}\n"
+        "Estimate the probability that the agent eventually completes the task."
+    )
+    return [{"role": "system", "content": REFERENCE_CRITIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]

@@ -6,13 +6,26 @@ An ALFWorld game is a directory holding ``traj_data.json`` (``task_type``, ``pdd
 Games are played with TextWorld's ``PddlEnv`` (fast-downward keeps the state) wrapped in ALFWorld's
 ``AlfredDemangler`` (object ids become "apple 1", "sinkbasin 1", ...).
 
-Where the games come from (``discover_games``): ``data_dir``, else ``$ALFWORLD_DATA``, else
-``<repo>/data/alfworld``. ``python -m tempo_plugin.envs.alfworld --download`` fetches the official
-games (needs network); ``python -m tempo_plugin.envs.alfworld --make-fixtures DIR`` assembles the
-small hand-written offline games of ``data/alfworld_fixtures`` (one room each), solving each with
-the fast-downward planner to fill in ``solvable`` and ``walkthrough``. The official download holds
-the splits ``json_2.1.1/{train,valid_seen,valid_unseen}``; discovery walks everything under the
-directory it is given, so point ``data_dir`` at one split to keep train and eval games apart.
+Where the games come from: ``data_dir`` (``--env-data``), else ``$ALFWORLD_DATA``, else
+``<repo>/data/alfworld`` (``resolve_data_dir``). ``python -m tempo_plugin.envs.alfworld --download``
+fetches the official games (needs network) into ``$ALFWORLD_DATA`` (default ``data/alfworld``);
+``python -m tempo_plugin.envs.alfworld --make-fixtures DIR`` assembles the small hand-written
+offline games of ``data/alfworld_fixtures`` (one room each), solving each with the fast-downward
+planner to fill in ``solvable`` and ``walkthrough``.
+
+Splits (``split_dir``): the official download holds ``json_2.1.1/{train,valid_seen,valid_unseen}``.
+Training plays ``train``; the held-out evaluation (``ALFWorldEnv(split=...)``, the trainer's
+``--eval-split``) plays ``valid_unseen`` (default) or ``valid_seen``. ``data_dir`` may be
+- the data root: a folder holding ``json_2.1.1`` or the split folders themselves; each split is
+  then ``<root>/<split>`` (a missing ``train`` is an error, never a fall-back to the whole root);
+- one split folder (named ``train``, ``valid_seen`` or ``valid_unseen``): training plays it and
+  evaluation plays the sibling folder ``<parent>/<split>``; pointing it at the evaluation split
+  itself is an error (evaluation would play the training games);
+- any other folder of games (e.g. the fixture games): training plays every game under it, and
+  evaluation needs ``<folder>/<split>``, which such a folder does not have: the evaluation env
+  raises FileNotFoundError naming the folder and the download command. There are no held-out
+  offline games; with the fixtures, train with ``--eval-games 0``.
+Discovery (``discover_games``) walks everything under the split folder it is given.
 
 Design:
 - ``reset(seed)`` plays ``games[seed % len(games)]`` (games sorted by path). The loaded game is
@@ -85,6 +98,12 @@ SKIPPED_PATH_PARTS = ("movable", "Sliced")
 
 MAKE_FIXTURES_COMMAND = "python -m tempo_plugin.envs.alfworld --make-fixtures"
 DOWNLOAD_COMMAND = "python -m tempo_plugin.envs.alfworld --download"
+JSON_DIR = "json_2.1.1"
+"""The folder of the official download that holds the split folders."""
+TRAIN_SPLIT = "train"
+EVAL_SPLITS: tuple[str, ...] = ("valid_unseen", "valid_seen")
+"""The held-out splits evaluation may play (``--eval-split``); the first is the default."""
+SPLITS: tuple[str, ...] = (TRAIN_SPLIT, *EVAL_SPLITS)
 
 _TASK_PATTERN = re.compile(r"Your task is to: (.*?)\.?\s*$", re.DOTALL)
 _OVER = "The game is over."
@@ -154,6 +173,35 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     return DEFAULT_DATA_DIR
 
 
+def split_dir(data_dir: str | os.PathLike[str] | None = None, split: str = TRAIN_SPLIT) -> Path:
+    """The folder whose games ``split`` plays, for ``data_dir`` as :func:`resolve_data_dir` finds it.
+
+    A data root (holding ``json_2.1.1``, or ``train``/``valid_seen``/``valid_unseen`` folders)
+    gives ``<root>/<split>``; a folder named after a split gives itself for ``train`` and its
+    sibling ``<parent>/<split>`` for an evaluation split; any other folder gives itself for
+    ``train`` and ``<folder>/<split>`` for an evaluation split. The folder may not exist (the env
+    then raises FileNotFoundError). ValueError for an unknown split, or when an evaluation split
+    would be the folder training plays.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown ALFWorld split {split!r}: choose one of {', '.join(SPLITS)}")
+    root = resolve_data_dir(data_dir)
+    if (root / JSON_DIR).is_dir():
+        root = root / JSON_DIR
+    if any((root / name).is_dir() for name in SPLITS):
+        return root / split
+    if split == TRAIN_SPLIT:
+        return root
+    if root.name in SPLITS:
+        if root.name == split:
+            raise ValueError(
+                f"ALFWorld data {root} is the {split} split, which evaluation plays: point --env-data (or "
+                f"$ALFWORLD_DATA) at the folder holding train/ and {split}/ (or at train/), not at {split}/"
+            )
+        return root.parent / split
+    return root / split
+
+
 def discover_games(root: str | os.PathLike[str]) -> list[Path]:
     """The ``game.tw-pddl`` files of the playable games under ``root``, sorted by path.
 
@@ -192,10 +240,19 @@ def _read_json(path: Path) -> Any:
 
 
 def no_games_message(root: Path) -> str:
-    """The one-line error for a directory without playable games."""
+    """The one-line error for a training directory without playable games."""
     return (
         f"no solvable ALFWorld games under {root}: run `{DOWNLOAD_COMMAND}` (official games, needs "
         f"network) or `{MAKE_FIXTURES_COMMAND} {root}` (small offline games)"
+    )
+
+
+def no_held_out_games_message(folder: Path, split: str) -> str:
+    """The one-line error for a missing or empty evaluation split folder."""
+    return (
+        f"no held-out ALFWorld games in {folder} (the {split} split, which evaluation plays; training never "
+        f"does): run `{DOWNLOAD_COMMAND}` (official train/valid_seen/valid_unseen splits, needs network) and "
+        f"point --env-data at the folder holding them, or pass --eval-games 0 to skip the evaluation"
     )
 
 
@@ -290,22 +347,29 @@ class ALFWorldEnv:
     Args:
         data_dir: where to look for games (see :func:`resolve_data_dir`).
         max_steps: the episode ends after this many steps (admissible or not).
+        split: ``train`` (what training plays) or a held-out split, ``valid_unseen`` or
+            ``valid_seen`` (what evaluation plays); :func:`split_dir` says which folder that is.
 
-    Raises ImportError when alfworld/textworld[pddl] are missing and FileNotFoundError when the
-    data directory holds no playable game.
+    ``data_dir`` is the folder the games are discovered in (the split's folder). Raises ImportError
+    when alfworld/textworld[pddl] are missing, ValueError for a bad split (see :func:`split_dir`)
+    and FileNotFoundError (one line naming the folder and the command that makes it) when the
+    split's folder holds no playable game.
     """
 
     supports_snapshot: bool = False
 
-    def __init__(self, data_dir: str | None = None, max_steps: int = 40) -> None:
+    def __init__(self, data_dir: str | None = None, max_steps: int = 40, split: str = TRAIN_SPLIT) -> None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         _require_packages()
-        self.data_dir: Path = resolve_data_dir(data_dir)
+        self.split: str = split
+        self.data_dir: Path = split_dir(data_dir, split)
         self.max_steps: int = max_steps
         self.games: list[Path] = discover_games(self.data_dir)
         if not self.games:
-            raise FileNotFoundError(no_games_message(self.data_dir))
+            if split == TRAIN_SPLIT:
+                raise FileNotFoundError(no_games_message(self.data_dir))
+            raise FileNotFoundError(no_held_out_games_message(self.data_dir, split))
         textworld, PddlEnv, AlfredDemangler = _alfworld_api()
         infos = textworld.EnvInfos(admissible_commands=True, won=True, feedback=True)
         self._engine: Any = AlfredDemangler(PddlEnv(infos))
@@ -323,7 +387,7 @@ class ALFWorldEnv:
 
     def __repr__(self) -> str:
         return (
-            f"ALFWorldEnv(data_dir={str(self.data_dir)!r}, max_steps={self.max_steps}, "
+            f"ALFWorldEnv(data_dir={str(self.data_dir)!r}, split={self.split!r}, max_steps={self.max_steps}, "
             f"games={len(self.games)}, seed={self._seed})"
         )
 
@@ -534,12 +598,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument(
-        "--make-fixtures", metavar="DIR", help="assemble the small offline fixture games into DIR"
+        "--make-fixtures", metavar="DIR",
+        help="assemble the small offline fixture games into DIR (for training and tests: they have no held-out split)",
     )
     group.add_argument(
         "--download",
         action="store_true",
-        help="download the official games into $ALFWORLD_DATA (default data/alfworld); needs network",
+        help="download the official games (json_2.1.1/train, valid_seen, valid_unseen) into $ALFWORLD_DATA "
+             "(default data/alfworld); needs network",
     )
     args = parser.parse_args(argv)
     if args.download:

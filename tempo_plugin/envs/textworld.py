@@ -1,9 +1,24 @@
 """TextWorldEnv: procedurally generated TextWorld games (Microsoft TextWorld 1.7) as TEMPO environments.
 
-Games are generated offline with TextWorld's generator (``make_games`` or
-``python -m tempo_plugin.envs.textworld --make-games DIR --count N --seed S``): each game is a
-``.z8`` story file played by the jericho Z-machine interpreter plus a ``.json`` file with the
-game's logic (used for the admissible commands and the winning plan).
+Games are generated offline with TextWorld's generator: each game is a ``.z8`` story file played
+by the jericho Z-machine interpreter plus a ``.json`` file with the game's logic (used for the
+admissible commands and the winning plan).
+
+Layout (``make_layout``, ``split_dir``): ``python -m tempo_plugin.envs.textworld --make-games DIR
+--count N --seed S [--eval-count M]`` writes ``DIR/train/game_00000.z8 ...`` (N training games) and
+``DIR/eval/game_00000.z8 ...`` (M held-out games, default 64, the trainer's default
+``--eval-games``). The held-out games come from a seed stream of their own: their generator seeds
+lie in [2^31, 2^32), the training games' in [1, 2^31), so no held-out game is generated from a
+training game's seed. Training (``split="train"``) plays ``<dir>/train``, evaluation
+(``split="eval"``) ``<dir>/eval``, where ``<dir>`` is ``data_dir`` (``--env-data``), else
+``$TEXTWORLD_GAMES``, else ``<repo>/data/textworld``. ``data_dir`` may also be
+- the ``train`` folder itself: evaluation then plays its sibling ``eval`` folder;
+- a flat folder of games made before this layout (``*.z8`` directly in it, no ``train`` folder):
+  training plays those games, evaluation ``<dir>/eval`` (``--count 0 --eval-count M`` adds it;
+  the flat games are not in it, and the training glob does not descend into it).
+An ``eval`` folder given as ``data_dir`` is refused (training would play the held-out games). A
+missing or empty split folder raises FileNotFoundError naming the folder and the command that
+makes it. ``make_games`` writes one flat folder of games (``split`` picks the seed stream).
 
 The environment drives the two pieces directly instead of going through ``textworld.start``:
 
@@ -66,6 +81,13 @@ FROTZ_SEED = 1234
 """Seed of the interpreter's random number generator (fixed: games must be deterministic)."""
 LOGIC_CACHE_SIZE = 4096
 """Logical states kept per game (keyed by trace) for O(1) restore."""
+TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"
+SPLITS = (TRAIN_SPLIT, EVAL_SPLIT)
+DEFAULT_EVAL_COUNT = 64
+"""Held-out games ``--make-games`` writes unless told (the trainer's default ``--eval-games``)."""
+MAKE_GAMES_COMMAND = "python -m tempo_plugin.envs.textworld --make-games"
+_EVAL_SEED_BASE = 2**31
+"""Held-out games' generator seeds lie in [2^31, 2^32), training games' in [1, 2^31)."""
 
 _INVALID = "That is not something you can do here."
 _OVER = "The game is over."
@@ -112,8 +134,11 @@ def _i7_events(raw: str) -> tuple[list[str], str]:
 # ---------------------------------------------------------------------------- game generation
 
 
-def _game_seed(seed: int, index: int, attempt: int) -> int:
-    return random.Random(f"textworld:{seed}:{index}:{attempt}").randrange(1, 2**31)
+def _game_seed(seed: int, index: int, attempt: int, split: str = TRAIN_SPLIT) -> int:
+    """The generator seed of game ``index`` (training: [1, 2^31), held-out: [2^31, 2^32))."""
+    if split == TRAIN_SPLIT:
+        return random.Random(f"textworld:{seed}:{index}:{attempt}").randrange(1, 2**31)
+    return _EVAL_SEED_BASE + random.Random(f"textworld:eval:{seed}:{index}:{attempt}").randrange(0, 2**31)
 
 
 def make_games(
@@ -123,13 +148,15 @@ def make_games(
     world_size: int = 3,
     nb_objects: int = 6,
     quest_length: int = 3,
+    split: str = TRAIN_SPLIT,
 ) -> list[Path]:
     """Generate ``count`` games ``out_dir/game_00000.z8`` ... offline with TextWorld's generator.
 
     Equivalent to ``tw-make custom --world-size W --nb-objects O --quest-length L --seed S'``
-    where ``S'`` is derived from (``seed``, index); game ``i`` is the same for the same arguments.
-    Games whose ``.z8`` and ``.json`` already exist are skipped. Progress goes to stderr. Returns
-    the ``.z8`` paths of all ``count`` games.
+    where ``S'`` is derived from (``seed``, index, ``split``); game ``i`` is the same for the same
+    arguments, and the ``eval`` stream never uses a seed of the ``train`` stream. Games whose
+    ``.z8`` and ``.json`` already exist are skipped. Progress goes to stderr. Returns the ``.z8``
+    paths of all ``count`` games.
     """
     _require_textworld()
     import textworld
@@ -139,6 +166,8 @@ def make_games(
                         ("quest_length", quest_length)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown TextWorld split {split!r}: choose one of {', '.join(SPLITS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -150,7 +179,7 @@ def make_games(
         start = time.time()
         for attempt in range(20):
             options = textworld.GameOptions()
-            options.seeds = _game_seed(seed, index, attempt)
+            options.seeds = _game_seed(seed, index, attempt, split)
             options.nb_rooms = world_size
             options.nb_objects = nb_objects
             options.chaining.min_length = quest_length
@@ -174,17 +203,75 @@ def make_games(
     return paths
 
 
-def find_games(data_dir: str | os.PathLike | None = None) -> tuple[Path, list[Path]]:
-    """The games directory (``data_dir``, else $TEXTWORLD_GAMES, else <repo>/data/textworld) and
-    its sorted ``*.z8`` files that have a ``.json`` next to them."""
+def make_layout(
+    out_dir: str | os.PathLike,
+    count: int,
+    seed: int,
+    eval_count: int = DEFAULT_EVAL_COUNT,
+    world_size: int = 3,
+    nb_objects: int = 6,
+    quest_length: int = 3,
+) -> tuple[list[Path], list[Path]]:
+    """The training/evaluation layout: ``count`` games in ``out_dir/train`` and ``eval_count``
+    held-out games (their own seed stream) in ``out_dir/eval``; either count may be 0, not both.
+    Returns the ``.z8`` paths of (training games, held-out games)."""
+    for name, value in (("count", count), ("eval_count", eval_count)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if count == 0 and eval_count == 0:
+        raise ValueError("nothing to make: --count and --eval-count are both 0")
+    out = Path(out_dir)
+    sizes = (world_size, nb_objects, quest_length)
+    train = make_games(out / TRAIN_SPLIT, count, seed, *sizes, split=TRAIN_SPLIT) if count else []
+    held_out = make_games(out / EVAL_SPLIT, eval_count, seed, *sizes, split=EVAL_SPLIT) if eval_count else []
+    return train, held_out
+
+
+def resolve_games_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """``data_dir``, else $TEXTWORLD_GAMES, else <repo>/data/textworld."""
     if data_dir:
-        directory = Path(data_dir)
-    elif os.environ.get(GAMES_ENV_VAR):
-        directory = Path(os.environ[GAMES_ENV_VAR])
-    else:
-        directory = DEFAULT_GAMES_DIR
+        return Path(data_dir)
+    if os.environ.get(GAMES_ENV_VAR):
+        return Path(os.environ[GAMES_ENV_VAR])
+    return DEFAULT_GAMES_DIR
+
+
+def split_dir(data_dir: str | os.PathLike | None = None, split: str = TRAIN_SPLIT) -> Path:
+    """The folder whose games ``split`` plays (see the module docstring's layout): ``<dir>/train``
+    and ``<dir>/eval`` when ``<dir>/train`` exists; for a folder named ``train``, itself and its
+    sibling ``eval``; for a flat folder, itself and ``<dir>/eval``. ValueError for an unknown
+    split or a folder named ``eval`` without a ``train`` folder in it."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown TextWorld split {split!r}: choose one of {', '.join(SPLITS)}")
+    root = resolve_games_dir(data_dir)
+    if (root / TRAIN_SPLIT).is_dir():
+        return root / split
+    if root.name == TRAIN_SPLIT:
+        return root if split == TRAIN_SPLIT else root.parent / EVAL_SPLIT
+    if root.name == EVAL_SPLIT:
+        raise ValueError(f"TextWorld games {root} are the held-out evaluation games: point --env-data (or "
+                         f"${GAMES_ENV_VAR}) at the folder holding train/ and eval/")
+    return root if split == TRAIN_SPLIT else root / EVAL_SPLIT
+
+
+def find_games(data_dir: str | os.PathLike | None = None, split: str = TRAIN_SPLIT) -> tuple[Path, list[Path]]:
+    """The folder of ``split``'s games (:func:`split_dir`) and its sorted ``*.z8`` files that have
+    a ``.json`` next to them (not those of sub-folders)."""
+    directory = split_dir(data_dir, split)
     games = sorted(p.resolve() for p in directory.glob("*.z8") if p.with_suffix(".json").is_file())
     return directory, games
+
+
+def no_games_message(directory: Path, split: str = TRAIN_SPLIT) -> str:
+    """The one-line error for a split folder without games, with the command that makes them."""
+    if split == TRAIN_SPLIT:
+        root = directory.parent if directory.name == TRAIN_SPLIT else directory
+        return (f"no TextWorld games (*.z8 with .json) in {directory}: make some with "
+                f"{MAKE_GAMES_COMMAND} {root} --count 100 --seed 0")
+    root = directory.parent
+    return (f"no held-out TextWorld games (*.z8 with .json) in {directory}, which evaluation plays (training never "
+            f"does): make them with {MAKE_GAMES_COMMAND} {root} --count 0 --eval-count {DEFAULT_EVAL_COUNT}, "
+            f"or pass --eval-games 0 to skip the evaluation")
 
 
 # ---------------------------------------------------------------------------- environment
@@ -287,24 +374,26 @@ class TextWorldEnv:
     """A TextWorld game; implements :class:`tempo_plugin.envs.base.Env` with O(1) snapshots.
 
     Args:
-        data_dir: directory of generated games (``*.z8`` + ``*.json``); default $TEXTWORLD_GAMES,
-            else ``<repo>/data/textworld``.
+        data_dir: directory of generated games (the layout of the module docstring, or a flat
+            folder of ``*.z8`` + ``*.json``); default $TEXTWORLD_GAMES, else ``<repo>/data/textworld``.
         max_steps: the episode ends (not won) after this many steps.
+        split: ``train`` (what training plays) or ``eval`` (the held-out games evaluation plays).
+
+    ``data_dir`` is the folder the games are read from (the split's). A missing or empty split
+    folder raises FileNotFoundError (one line naming it and the command that makes it).
     """
 
     supports_snapshot: bool = True
 
-    def __init__(self, data_dir: str | None = None, max_steps: int = 40) -> None:
+    def __init__(self, data_dir: str | None = None, max_steps: int = 40, split: str = TRAIN_SPLIT) -> None:
         _require_textworld()
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         warnings.filterwarnings("ignore", module="jericho")
-        directory, games = find_games(data_dir)
+        directory, games = find_games(data_dir, split)
         if not games:
-            raise FileNotFoundError(
-                f"no TextWorld games (*.z8 with .json) in {directory}: make some with "
-                f"python -m tempo_plugin.envs.textworld --make-games {directory} --count 100 --seed 0"
-            )
+            raise FileNotFoundError(no_games_message(directory, split))
+        self.split = split
         self.data_dir = directory
         self.games: list[Path] = games
         self.max_steps = max_steps
@@ -324,7 +413,8 @@ class TextWorldEnv:
 
     def __repr__(self) -> str:
         name = None if self._game is None else self._game.path.name
-        return f"TextWorldEnv(data_dir={str(self.data_dir)!r}, max_steps={self.max_steps}, game={name!r})"
+        return (f"TextWorldEnv(data_dir={str(self.data_dir)!r}, split={self.split!r}, max_steps={self.max_steps}, "
+                f"game={name!r})")
 
     # ------------------------------------------------------------------ loading
 
@@ -548,22 +638,28 @@ class TextWorldEnv:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tempo_plugin.envs.textworld", description="Generate TextWorld games offline."
+        prog="python -m tempo_plugin.envs.textworld",
+        description="Generate TextWorld games offline: DIR/train (training) and DIR/eval (held-out evaluation).",
     )
-    parser.add_argument("--make-games", metavar="DIR", required=True, help="directory to write games to")
-    parser.add_argument("--count", type=int, required=True, help="number of games")
+    parser.add_argument("--make-games", metavar="DIR", required=True,
+                        help="write training games to DIR/train and held-out games to DIR/eval")
+    parser.add_argument("--count", type=int, required=True, help="training games (0: only the held-out ones)")
+    parser.add_argument("--eval-count", type=int, default=DEFAULT_EVAL_COUNT,
+                        help="held-out evaluation games, from a seed stream of their own (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="base seed (game i is a function of seed, i)")
     parser.add_argument("--world-size", type=int, default=3, help="rooms per game")
     parser.add_argument("--nb-objects", type=int, default=6, help="objects per game")
     parser.add_argument("--quest-length", type=int, default=3, help="actions the quest needs")
     args = parser.parse_args(argv)
     try:
-        paths = make_games(args.make_games, args.count, args.seed, args.world_size, args.nb_objects,
-                           args.quest_length)
+        train, held_out = make_layout(args.make_games, args.count, args.seed, args.eval_count, args.world_size,
+                                      args.nb_objects, args.quest_length)
     except (ImportError, ValueError, RuntimeError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"{len(paths)} games in {args.make_games}", file=sys.stderr)
+    out = Path(args.make_games)
+    print(f"{len(train)} training games in {out / TRAIN_SPLIT}, {len(held_out)} held-out games in {out / EVAL_SPLIT}",
+          file=sys.stderr)
     return 0
 
 

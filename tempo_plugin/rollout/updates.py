@@ -2,8 +2,9 @@
 
 Warm-up update (critic only): complete episodes (H := T) from fresh games; boundary states at
 rounds H, 2H, ... get K critic samples each, trained towards the Monte-Carlo outcome G = 1[won];
-each game's round-0 state too, towards the mean outcome of its N episodes (the reference values
-no round-0 state in the warm-up: its TD batches never start there after the first update).
+each game's round-0 state too, towards the mean outcome of its N episodes (``--warmup-start-states
+false``: boundary states only, as the method does: its TD batches never start there after the first
+update).
 
 TD update (actor + critic): start states from the store (``start_states``: all but a
 ``--fresh-share`` of the batch, each stored state used at most ``--max-state-uses`` times) topped
@@ -43,7 +44,7 @@ from tempo_plugin.algorithms.tempo import (
     critic_signals,
 )
 from tempo_plugin.config import ConfigError, TempoConfig
-from tempo_plugin.critic import aggregate_values, critic_messages, parse_value
+from tempo_plugin.critic import aggregate_values, critic_messages, parse_value, reference_critic_messages
 from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, RolloutLimits, fresh_state, run_branches
@@ -135,6 +136,8 @@ class TempoRollout:
     # -- critic -----------------------------------------------------------------------------------
 
     def critic_prompt(self, state: MacroState) -> list[int]:
+        if self.cfg.critic_prompt == "reference":
+            return self.protocol.render_prompt(reference_critic_messages(state.task, state.privileged_info, state.messages))
         messages = critic_messages(
             task=state.task,
             privileged_info=state.privileged_info,
@@ -226,7 +229,7 @@ class TempoRollout:
         boundaries: list[MacroState] = []
         targets: list[float] = []
         healthy = [b for b in branches if b.stop_reason != ENV_ERROR]  # a raising environment: episode dropped
-        for group in range(len(games)):
+        for group in range(len(games) if cfg.warmup_start_states else 0):
             episodes = [b for b in healthy if b.group == group]
             if episodes:
                 boundaries.append(episodes[0].start)
@@ -386,11 +389,13 @@ class TempoRollout:
         endpoint_calls = self.call_critic(endpoint_states, cfg.endpoint_samples, seed=sampling_seed(cfg.seed, update, ENDPOINT_CRITIC))
         start_calls = self.call_critic(start_states, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, START_CRITIC))
         critic_seconds = time.perf_counter() - tic
-        # An endpoint none of whose critic samples parsed has no value: its branch is dropped (not
-        # valued 0), as is a branch whose environment raised; a group needs 2 branches left.
-        endpoint_value = {id(b): aggregate_values(c.values) for b, c in zip(endpoints, endpoint_calls)
-                          if any(v is not None for v in c.values)}
-        unvalued = sum(id(b) not in endpoint_value for b in endpoints)
+        # An endpoint none of whose critic samples parsed (or whose prompt is too long) has no value:
+        # --unvalued-endpoint drop leaves its branch out, zero values it 0 (the method). A branch whose
+        # environment raised is always left out; a group needs 2 branches left.
+        valued = [any(v is not None for v in c.values) for c in endpoint_calls]
+        unvalued = valued.count(False)
+        endpoint_value = {id(b): aggregate_values(c.values) for b, c, ok in zip(endpoints, endpoint_calls, valued)
+                          if ok or cfg.unvalued_endpoint == "zero"}
         env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
 
         samples: list[TrainSample] = []

@@ -21,7 +21,8 @@ from tempo_plugin.envs import BUILT_IN
 
 TINY_VERSION = 12  # bump when the tiny model, its tokenizer or its bootstrap data change
 TINY_TASK_VERSION = 2  # the same for the single-turn tiny models (per task: TINY_TASKS[task].version)
-TINY_ENV_VERSION = 1  # the same for the tiny model of the other environments (TextWorld, ALFWorld)
+TINY_ENV_VERSION = 2  # the same for the tiny model of the other environments (TextWorld, ALFWorld)
+# 2: the bootstrap plays the training split only (ALFWorld's train/, TextWorld's <games>/train), never held-out games
 
 
 def resolve_device(name: str) -> torch.device:
@@ -35,7 +36,7 @@ def resolve_device(name: str) -> torch.device:
 def tiny_cache_dir(cfg: TempoConfig) -> Path:
     root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
     if cfg.multi_turn:
-        what = {"env": cfg.env, "T": cfg.max_episode_steps}
+        what = {"env": cfg.env, "T": cfg.bootstrap_t}
         if cfg.env not in BUILT_IN:
             what.update(env_data=str(Path(cfg.env_data).resolve()) if cfg.env_data else "", env_version=TINY_ENV_VERSION)
     else:
@@ -102,14 +103,14 @@ def build_bootstrapped_tiny(
         from tempo_plugin.backends.local.env_bootstrap import env_bootstrap, env_corpus
         from tempo_plugin.envs import env_factory
 
-        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
-        corpus, tags = env_corpus(make_env, cfg.max_episode_steps), ()
+        make_env = env_factory(cfg.env, cfg.bootstrap_t, cfg.env_data)
+        corpus, tags = env_corpus(make_env, cfg.bootstrap_t), ()
         bootstrap = lambda model, protocol: env_bootstrap(  # noqa: E731
-            model, protocol, make_env, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+            model, protocol, make_env, cfg.bootstrap_steps, cfg.bootstrap_t, cfg.seed, progress=progress)
     else:
-        corpus, tags = tokenizer_corpus(cfg.max_episode_steps), ()
+        corpus, tags = tokenizer_corpus(cfg.bootstrap_t), ()
         bootstrap = lambda model, protocol: supervised_bootstrap(  # noqa: E731
-            model, protocol, cfg.env, cfg.bootstrap_steps, cfg.max_episode_steps, cfg.seed, progress=progress)
+            model, protocol, cfg.env, cfg.bootstrap_steps, cfg.bootstrap_t, cfg.seed, progress=progress)
     tokenizer = build_tokenizer(corpus, tags=tags)
     model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).to(device)
     bootstrap(model, ChatProtocol(tokenizer))
@@ -135,6 +136,8 @@ def warm_start_cache_dir(cfg: TempoConfig) -> Path:
     what = {"v": WARM_START_VERSION, "model": source, "env": cfg.env, "T": cfg.max_episode_steps,
             "env_data": str(Path(cfg.env_data).resolve()) if cfg.env_data else "", "steps": cfg.warm_start_steps,
             "seed": cfg.seed}
+    if cfg.env not in BUILT_IN:  # its demonstrations come from the training split only (TINY_ENV_VERSION 2)
+        what["env_version"] = TINY_ENV_VERSION
     digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
     return root / f"warm-{Path(source).name}-{digest}"
 

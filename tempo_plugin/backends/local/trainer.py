@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from tempo_plugin.algorithms.losses import clipped_policy_loss
+from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss
 from tempo_plugin.rollout.samples import TrainSample
 
 T = TypeVar("T")
@@ -162,6 +162,7 @@ class PolicyTrainer:
     eps_clip_high: float = 0.2
     grad_clip: float = 1.0
     tokens_per_micro_batch: int = 16384
+    policy_loss: str = "ppo"  # or importance_sampling: unclipped, summed over tokens (config.py)
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -180,13 +181,18 @@ class PolicyTrainer:
             logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
                                       shared)
             model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
-            out = clipped_policy_loss(
-                logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
-                self.eps_clip, self.eps_clip_high,
-            )
-            (out.loss * len(batch) / total).backward()
+            if self.policy_loss == "importance_sampling":
+                out = importance_sampling_loss(logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"])
+                share = 1.0  # a sum over all samples' tokens: micro-batches add up
+            else:
+                out = clipped_policy_loss(
+                    logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
+                    self.eps_clip, self.eps_clip_high,
+                )
+                share = len(batch) / total  # a mean over samples
+            (out.loss * share).backward()
             weight = len(batch) / total
-            loss_sum += out.loss.item() * weight
+            loss_sum += out.loss.item() * share
             clip_sum += out.clip_fraction.item() * weight
             kl_sum += out.approx_kl.item() * weight
             mask = tensors["loss_mask"] > 0

@@ -92,6 +92,10 @@ class TempoDataSource:
         self.store = StateStore(self.cfg.state_store_capacity, seed=self.cfg.seed + 1)
         self.game_cursor = 0
         self._rollout: Any = None
+        self._eval_rollout: Any = None
+        self._make_eval_env: Any = None
+        if getattr(args, "eval_interval", None) and self.cfg.eval_games > 0:
+            self._make_eval_env = self._eval_env_factory()  # a missing held-out folder fails at start-up
 
     # -- what the rollout functions use -------------------------------------------------------------
 
@@ -115,9 +119,32 @@ class TempoDataSource:
             sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64),
                                   seed_requests=bool(getattr(self.args, "sglang_enable_deterministic_inference", False)))
             cfg = self.cfg
-            make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
+            make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults)
             self._rollout = TempoRollout(cfg, sampler, ChatProtocol(tokenizer), make_env)
         return self._rollout
+
+    def _eval_env_factory(self) -> Any:
+        """``envs.eval_env_factory`` for the run's settings; ConfigError (one line naming the folder and
+        the command that makes it) when the held-out games are missing."""
+        from tempo_plugin.envs import eval_env_factory
+
+        cfg = self.cfg
+        try:
+            return eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults, cfg.eval_split)
+        except (ValueError, ImportError, FileNotFoundError) as error:
+            raise ConfigError(str(error)) from None
+
+    def eval_rollout(self) -> Any:
+        """The TempoRollout of the held-out games (``envs.eval_env_factory``: for TextWorld and ALFWorld
+        a folder training never plays), sharing the training rollout's sampler; built on first use.
+        With slime's --eval-interval the held-out games are checked when the data source starts."""
+        if self._eval_rollout is None:
+            from tempo_plugin.rollout.updates import TempoRollout
+
+            train = self.rollout()
+            make_env = self._make_eval_env or self._eval_env_factory()
+            self._eval_rollout = TempoRollout(self.cfg, train.sampler, train.protocol, make_env)
+        return self._eval_rollout
 
     # -- slime's data-source interface --------------------------------------------------------------
 

@@ -17,7 +17,9 @@ complete episodes; each sample carries its per-token stage advantages in its met
 episodes (all advantages ~0) are padding. Needs the hooks of ``temporal_grpo``.
 
 With ``evaluation=True`` all three play ``eval_games`` held-out games once each and return the success
-rate as slime's eval output, logged as ``eval/success_rate``.
+rate as slime's eval output, logged as ``eval/success_rate``. The held-out games are those of
+``TempoDataSource.eval_rollout`` (``envs.eval_env_factory``: for TextWorld and ALFWorld a folder of
+games training never plays, ALFWorld's split from ``eval_split`` in the TEMPO YAML).
 
 slime logs a rollout function's metrics with ``rollout/step``, and its wandb setup plots a name
 against that step only under the prefixes bound to it (``metrics.SLIME_ROLLOUT_STEP_PREFIXES``), so
@@ -114,7 +116,7 @@ def evaluate(source: TempoDataSource, types: SimpleNamespace) -> Any:
     cfg = source.cfg
     if cfg.eval_games < 1:
         raise ConfigError("slime asked for an evaluation (--eval-interval) but eval_games is 0 in the TEMPO YAML")
-    rollout = source.rollout()
+    rollout = source.eval_rollout()
     branches = rollout.play_episodes(eval_games(cfg.eval_games), seed=cfg.seed)
     decode = rollout.protocol.tokenizer.decode
     samples = [from_episode(b, float(b.won), types.Sample, i, decode) for i, b in enumerate(branches)]

@@ -48,6 +48,7 @@ SLIME_OWNED: dict[str, str] = {
     "freeze_embeddings": "Megatron's freezing options",
     "bootstrap_steps": "nothing (the format bootstrap is for the built-in tiny model only)",
     "cache_dir": "nothing (the format bootstrap is for the built-in tiny model only)",
+    "bootstrap_episode_steps": "nothing (the format bootstrap is for the built-in tiny model only)",
     "advantage_estimator": "--advantage-estimator and --rollout-function-path",
     "gamma": "--gamma",
     "lambd": "--lambd",
@@ -117,7 +118,25 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         raise ConfigError(message) from None
     if str(getattr(args, "rollout_function_path", "") or "").endswith(TEMPORAL_GRPO_ROLLOUT):
         _check_milestones(cfg, source)
+    if cfg.policy_loss == "importance_sampling":
+        _check_reference_loss(args, source)
     return cfg
+
+
+REFERENCE_LOSS_FLAGS = "--eps-clip 1e9 --eps-clip-high 1e9 --calculate-per-token-loss"
+"""slime's loss set up as the method's importance-sampling loss: no clip, every token weighted alike.
+slime divides the token sum by the batch's token count, a constant per step that Adam cancels."""
+
+
+def _check_reference_loss(args: Any, source: str) -> None:
+    """``policy_loss: importance_sampling`` (``preset: reference``) is slime's own loss with the clip
+    opened and per-token aggregation; refuse a run whose slime flags say otherwise."""
+    low = float(getattr(args, "eps_clip", 0.2))
+    high = getattr(args, "eps_clip_high", None)
+    unclipped = min(low, low if high is None else float(high)) >= 1e6
+    if not (unclipped and getattr(args, "calculate_per_token_loss", False)):
+        raise ConfigError(f"{source}: policy_loss importance_sampling (preset reference) is slime's loss without "
+                          f"clipping, per token: pass {REFERENCE_LOSS_FLAGS}")
 
 
 def _check_milestones(cfg: TempoConfig, source: str) -> None:

@@ -1,0 +1,262 @@
+"""Credit against horizon: TEMPO (our defaults and ``--preset reference``), multi-turn GRPO and
+Temporal GRPO on chains of V vaults at an equal budget of environment steps.
+
+    .venv/bin/python bench/horizon.py [--vaults 2 4 6] [--seeds 0 1 2 3 4] [--steps-per-vault 750] [--jobs 2]
+
+Scaling with the chain: a game of V vaults holds V key decisions in about 4.5 V rounds, so the
+episode length is T = 10 V (30 for the main job's 3 vaults) and the budget of environment steps
+per run is ``--steps-per-vault`` x V (warm-up and Monte-Carlo refresh episodes included). Every
+run of a seed starts from the same tiny model, bootstrapped on 3-vault games of T = 30
+(``--bootstrap-episode-steps 30``), so the chain length is the only thing that changes between
+lengths. Held-out success is measured on ``--eval-games`` games before training, about every third
+of the budget and at the end.
+
+Writes under ``--out``:
+
+- ``horizon.md``: per chain length and method, final success (mean +- std over seeds), the paired
+  per-seed difference against multi-turn GRPO (mean and its standard error), environment steps to
+  reach GRPO's final mean, the hollow checks (actor samples, degenerate groups, admissible share)
+  and, for TEMPO, the critic's correlation with its targets and the share of environment steps
+  spent on the critic-only warm-up and refreshes;
+- ``horizon.json``: the same numbers and every evaluation point;
+- ``final.png``: final success against chain length per method; ``curves.png``: success against
+  environment steps, one panel per chain length.
+
+Finished runs are reused as in ``bench/credit.py`` (same settings and bootstrap version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from credit import BUILD_BOOTSTRAP, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
+
+from tempo_plugin.metrics import MC_REFRESH, read_metrics  # noqa: E402
+
+METHODS: dict[str, list[str]] = {
+    "TEMPO": ["--advantage-estimator", "tempo"],
+    # the method's critic prompt is unreadable to the tiny critic, bootstrapped on ours (docs/experiments/horizon.md)
+    "TEMPO (reference)": ["--advantage-estimator", "tempo", "--preset", "reference", "--critic-prompt", "condensed"],
+    "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
+    "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
+}
+"""Method -> its trainer arguments (defaults otherwise)."""
+BASELINE = "GRPO (multi-turn)"
+BOOTSTRAP_T = 30
+EVALUATIONS = 3
+"""Evaluations after the base one, spaced about equally in environment steps."""
+
+
+def episode_steps(vaults: int) -> int:
+    return 10 * vaults
+
+
+def eval_every(method: str, vaults: int, budget: int) -> int:
+    """Updates between evaluations so that a run evaluates about EVALUATIONS times: a TD update of
+    S = 8 states x N = 6 branches x <= H = 5 rounds takes about 240 steps, an episode update of 8
+    games x 6 episodes about 48 x 4.5 V (fewer once it wins more)."""
+    per_update = 240 if "TEMPO" in method else 48 * 4.5 * vaults
+    return max(1, round(budget / EVALUATIONS / per_update))
+
+
+def trainer_args(method: str, vaults: int, seed: int, args: argparse.Namespace) -> list[str]:
+    budget = args.steps_per_vault * vaults
+    return [*METHODS[method], "--vaults", str(vaults), "--max-episode-steps", str(episode_steps(vaults)),
+            "--bootstrap-episode-steps", str(BOOTSTRAP_T), "--seed", str(seed), "--td-updates", "1000",
+            "--max-env-steps", str(budget), "--eval-games", str(args.eval_games),
+            "--eval-every", str(eval_every(method, vaults, budget)), *args.extra]
+
+
+def run_folder(out: Path, method: str, vaults: int, seed: int) -> Path:
+    return out / f"v{vaults}" / f"{run_slug(method)}-seed{seed}"
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+def hollow_checks(run: Path) -> dict[str, float]:
+    """What could make a run's result hollow, from its metrics.jsonl: the training updates' actor
+    samples (fewest, and how many updates had none), their mean degenerate-group share, the lowest
+    admissible-action share; for TEMPO the last-quarter critic correlation with its targets and the
+    share of environment steps spent in critic-only updates (warm-up, refreshes)."""
+    records = read_metrics(run / "metrics.jsonl")
+    training = [r for r in records if r.get("phase") in ("td", "grpo", "temporal_grpo")]  # updates that train the actor
+    critic_only = [r for r in records if r.get("phase") in ("warmup", MC_REFRESH)]
+    actor = [r["train/actor_samples"] for r in training if "train/actor_samples" in r]
+    steps = sum(r.get("rollout/rounds", 0.0) for r in training + critic_only)
+    checks = {
+        "actor_samples_min": min(actor) if actor else 0.0,
+        "updates_without_actor_samples": float(sum(a == 0 for a in actor)),
+        "updates": float(len(training)),
+        "degenerate_group_rate": statistics.fmean(r["actor/degenerate_group_rate"] for r in training
+                                                  if "actor/degenerate_group_rate" in r) if training else math.nan,
+        "admissible_min": min((r["rollout/admissible_action_rate"] for r in training + critic_only
+                               if "rollout/admissible_action_rate" in r), default=math.nan),
+        "critic_only_step_share": sum(r.get("rollout/rounds", 0.0) for r in critic_only) / steps if steps else math.nan,
+    }
+    corr = [r["critic/value_corr"] for r in training if "critic/value_corr" in r]
+    if corr:
+        checks["critic_corr_last_quarter"] = statistics.fmean(corr[-max(1, len(corr) // 4):])
+    return checks
+
+
+def standard_error(values: list[float]) -> float:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+
+
+def summarise(out: Path, vaults_list: list[int], seeds: list[int], methods: list[str]) -> dict:
+    summary: dict = {"lengths": {}}
+    for vaults in vaults_list:
+        points = {m: {s: eval_points(run_folder(out, m, vaults, s)) for s in seeds} for m in methods}
+        final = {m: [points[m][s][-1][1] for s in seeds] for m in methods}
+        base_final = statistics.fmean(final[BASELINE]) if BASELINE in final else math.nan
+        length = {}
+        for m in methods:
+            diffs = [f - g for f, g in zip(final[m], final[BASELINE])] if BASELINE in final else []
+            reach = [steps_to_reach(points[m][s], base_final) for s in seeds]
+            checks = [hollow_checks(run_folder(out, m, vaults, s)) for s in seeds]
+            length[m] = {
+                "base": [points[m][s][0][1] for s in seeds], "final": final[m], "diff_vs_grpo": diffs,
+                "steps_to_grpo_final": reach, "checks": checks,
+                "points": {str(s): points[m][s] for s in seeds},
+            }
+        summary["lengths"][str(vaults)] = {"grpo_final_mean": base_final, "methods": length}
+    return summary
+
+
+def fmt(values: list[float], digits: int = 3) -> str:
+    good = [v for v in values if v is not None and not math.isnan(v)]
+    if not good:
+        return "-"
+    if len(good) == 1:
+        return f"{good[0]:.{digits}f}"
+    return f"{statistics.fmean(good):.{digits}f} +- {statistics.stdev(good):.{digits}f}"
+
+
+def table(summary: dict, args: argparse.Namespace) -> str:
+    lines = [
+        f"Held-out success on {args.eval_games} games, seeds {', '.join(map(str, args.seeds))}, "
+        f"{args.steps_per_vault} environment steps per vault (T = 10 V). final: mean +- std over seeds; "
+        f"vs GRPO: mean of the paired per-seed differences +- its standard error; steps to GRPO: seeds that "
+        f"reached GRPO's final mean, and their mean environment steps; hollow checks: fewest actor samples in an "
+        f"update (updates with none), mean degenerate-group share, lowest admissible share; critic: last-quarter "
+        f"correlation with its TD targets; critic-only: share of environment steps in warm-up and refreshes.",
+        "",
+        "| V | method | base | final | final per seed | vs GRPO | steps to GRPO | actor samples min (none) "
+        "| degenerate | admissible min | critic corr | critic-only steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for vaults, length in summary["lengths"].items():
+        for m, r in length["methods"].items():
+            checks = r["checks"]
+            diffs = r["diff_vs_grpo"]
+            vs = "-" if m == BASELINE or not diffs else f"{statistics.fmean(diffs):+.3f} +- {standard_error(diffs):.3f}"
+            reached = [x for x in r["steps_to_grpo_final"] if x is not None]
+            steps = f"{len(reached)}/{len(r['steps_to_grpo_final'])}" + (f", {statistics.fmean(reached):.0f}" if reached else "")
+            actor = f"{min(c['actor_samples_min'] for c in checks):.0f} ({sum(c['updates_without_actor_samples'] for c in checks):.0f})"
+            corr = fmt([c.get("critic_corr_last_quarter", math.nan) for c in checks], 2)
+            share = fmt([c["critic_only_step_share"] for c in checks], 2) if "TEMPO" in m else "-"
+            lines.append(
+                f"| {vaults} | {m} | {fmt(r['base'])} | {fmt(r['final'])} | {' / '.join(f'{v:.3f}' for v in r['final'])} "
+                f"| {vs} | {steps} | {actor} | {fmt([c['degenerate_group_rate'] for c in checks], 2)} "
+                f"| {min(c['admissible_min'] for c in checks):.2f} | {corr if 'TEMPO' in m else '-'} | {share} |"
+            )
+    return "\n".join(lines)
+
+
+def plot(summary: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = sorted(summary["lengths"], key=int)
+    methods = list(summary["lengths"][lengths[0]]["methods"])
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for m in methods:
+        finals = [summary["lengths"][v]["methods"][m]["final"] for v in lengths]
+        means = [statistics.fmean(f) for f in finals]
+        errors = [standard_error(f) for f in finals]
+        ax.errorbar([int(v) for v in lengths], means, yerr=errors, marker="o", capsize=3, label=m)
+    ax.set_xlabel("vaults in the chain (V)")
+    ax.set_ylabel("final held-out success")
+    ax.set_xticks([int(v) for v in lengths])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("equal environment steps per vault; mean +- s.e. over seeds", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "final.png", dpi=120)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(lengths), figsize=(4.2 * len(lengths), 3.6), squeeze=False)
+    for ax, v in zip(axes[0], lengths):
+        for m in methods:
+            by_seed = list(summary["lengths"][v]["methods"][m]["points"].values())
+            count = min(len(p) for p in by_seed)
+            steps = [statistics.fmean(p[i][0] for p in by_seed) for i in range(count)]
+            ax.plot(steps, [statistics.fmean(p[i][1] for p in by_seed) for i in range(count)], marker="o",
+                    markersize=3, label=m)
+        ax.set_title(f"V = {v}", fontsize=9)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out success (mean over seeds)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vaults", type=int, nargs="+", default=[2, 4, 6])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps-per-vault", type=int, default=750, help="environment steps per run = this x V")
+    parser.add_argument("--eval-games", type=int, default=64)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--out", default="bench/results/horizon")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each with cores/jobs torch threads")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plots from finished runs")
+    parser.add_argument("extra", nargs="*", help="more trainer arguments for every run (after --)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        locks = {seed: threading.Lock() for seed in args.seeds}
+
+        def run(job: tuple[str, int, int]) -> Path:
+            method, vaults, seed = job
+            with locks[seed]:  # one bootstrap per seed, shared by every chain length and method, built once
+                subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed), "--max-episode-steps", str(BOOTSTRAP_T)],
+                               cwd=ROOT, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+            folder = run_folder(out, method, vaults, seed)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            return run_trainer(f"V={vaults} {method} seed {seed}", folder, trainer_args(method, vaults, seed, args), threads)
+
+        jobs = [(m, v, s) for s in args.seeds for v in args.vaults for m in args.methods]  # whole seeds first
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(run, jobs))
+    summary = summarise(out, args.vaults, args.seeds, args.methods)
+    summary.update(steps_per_vault=args.steps_per_vault, eval_games=args.eval_games, seeds=args.seeds)
+    text = table(summary, args)
+    (out / "horizon.md").write_text(text + "\n")
+    (out / "horizon.json").write_text(json.dumps(summary, indent=1))
+    plot(summary, out)
+    print(text)
+    print(f"written: {out}/horizon.md, horizon.json, final.png, curves.png")
+
+
+if __name__ == "__main__":
+    main()
