@@ -158,3 +158,19 @@ def test_condensed_transcript_by_hand():
         "Environment: A hall."
     )
     assert condensed_transcript((("system", "play"),)) == ""
+
+
+def test_a_reference_run_logs_the_same_metric_names_as_a_default_run(tmp_path):
+    from tempo_plugin.metrics import read_metrics
+    from tempo_plugin.train import main
+    from tests.test_train_smoke import SMALL
+
+    names = {}
+    for label, extra in (("default", []), ("reference", ["--preset", "reference"])):
+        out = tmp_path / label
+        assert main(SMALL + [*extra, "--td-updates", "2", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 0
+        records = read_metrics(out / "metrics.jsonl")
+        assert [r["phase"] for r in records] == ["eval", "warmup", "td", "td", "eval"]
+        names[label] = {phase: set().union(*(r for r in records if r["phase"] == phase)) for phase in ("warmup", "td", "eval")}
+    assert names["reference"] == names["default"]
+    assert "critic/endpoint_unvalued" in names["default"]["td"] and "train/actor_samples" in names["default"]["td"]
