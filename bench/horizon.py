@@ -46,10 +46,14 @@ from credit import BUILD_BOOTSTRAP, eval_points, run_slug, run_trainer, steps_to
 
 from tempo_plugin.metrics import MC_REFRESH, read_metrics  # noqa: E402
 
+WARMUP = ["--warmup-updates", "2"]
+"""TEMPO's critic-only warm-up, scaled to the budget: 2 updates of 4 games x N = 6 complete episodes
+take about a quarter of it, as the default 6 do of bench/credit.py's 5,000 steps on 3 vaults (the
+default 6 took three quarters of a 2-vault budget here and left 2 TD updates)."""
 METHODS: dict[str, list[str]] = {
-    "TEMPO": ["--advantage-estimator", "tempo"],
+    "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
     # the method's critic prompt is unreadable to the tiny critic, bootstrapped on ours (docs/experiments/horizon.md)
-    "TEMPO (reference)": ["--advantage-estimator", "tempo", "--preset", "reference", "--critic-prompt", "condensed"],
+    "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference", "--critic-prompt", "condensed"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }
@@ -67,8 +71,8 @@ def episode_steps(vaults: int) -> int:
 def eval_every(method: str, vaults: int, budget: int) -> int:
     """Updates between evaluations so that a run evaluates about EVALUATIONS times: a TD update of
     S = 8 states x N = 6 branches x <= H = 5 rounds takes about 240 steps, an episode update of 8
-    games x 6 episodes about 48 x 4.5 V (fewer once it wins more)."""
-    per_update = 240 if "TEMPO" in method else 48 * 4.5 * vaults
+    games x 6 episodes about 48 x 3 V (a wrong key ends an episode early)."""
+    per_update = 240 if "TEMPO" in method else 48 * 3 * vaults
     return max(1, round(budget / EVALUATIONS / per_update))
 
 
