@@ -52,8 +52,7 @@ take about a quarter of it, as the default 6 do of bench/credit.py's 5,000 steps
 default 6 took three quarters of a 2-vault budget here and left 2 TD updates)."""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
-    # the method's critic prompt is unreadable to the tiny critic, bootstrapped on ours (docs/experiments/horizon.md)
-    "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference", "--critic-prompt", "condensed"],
+    "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }
