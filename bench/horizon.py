@@ -20,7 +20,10 @@ Writes under ``--out``:
   spent on the critic-only warm-up and refreshes;
 - ``horizon.json``: the same numbers and every evaluation point;
 - ``final.png``: final success against chain length per method; ``curves.png``: success against
-  environment steps, one panel per chain length.
+  environment steps, one panel per chain length;
+- with ``--calibrate``, each finished TEMPO run's critic against Monte Carlo (``analysis/mc_critic``
+  into the run's ``mc_critic/``): MAE against the constant-guess MAE, ECE, and its mean estimate
+  against the Monte-Carlo mean and its own TD targets.
 
 Finished runs are reused as in ``bench/credit.py`` (same settings and bootstrap version).
 """
@@ -115,13 +118,52 @@ def hollow_checks(run: Path) -> dict[str, float]:
     return checks
 
 
+CALIBRATION = ["--games", "8", "--mc-samples", "8", "--critic-samples", "4", "--action-states", "0"]
+"""analysis/mc_critic settings of the end-of-run calibration: the states of one episode of the
+final actor on each of 8 held-out games, each valued by 8 Monte-Carlo continuations."""
+
+
+def calibrate(run: Path, threads: int) -> None:
+    """The critic of a finished TEMPO run against Monte Carlo (``run/mc_critic/summary.json``)."""
+    if (run / "mc_critic" / "summary.json").is_file():
+        return
+    print(f"calibrating {run} against Monte Carlo ...", flush=True)
+    with open(run.parent / f"{run.name}.mc_critic.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "analysis.mc_critic", str(run), *CALIBRATION, "--out", str(run / "mc_critic")],
+                       cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
+                       env={**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)})
+
+
+def calibration(run: Path) -> dict[str, float] | None:
+    """MAE, constant-guess MAE, ECE, Pearson, mean estimate and Monte-Carlo mean of a calibrated run;
+    and, from its metrics, the last quarter of TD updates' mean critic estimate and TD target."""
+    path = run / "mc_critic" / "summary.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    critic = summary["critics"]["generative"]
+    td = [r for r in read_metrics(run / "metrics.jsonl") if r.get("phase") == "td"]
+    last = td[-max(1, len(td) // 4):]
+    return {
+        "mae": critic["mae"], "constant_mae": summary["constant_baseline_mae"], "ece": critic["ece"],
+        "pearson": critic["pearson"] if critic["pearson"] is not None else math.nan,
+        "estimate_mean": critic["value_mean"], "mc_mean": summary["mc_mean"],
+        "td_estimate_mean": statistics.fmean(r["critic/mean_estimate_mean"] for r in last if "critic/mean_estimate_mean" in r),
+        "td_target_mean": statistics.fmean(r["critic/value_target_mean"] for r in last if "critic/value_target_mean" in r),
+    }
+
+
 def standard_error(values: list[float]) -> float:
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
 
 
-def summarise(out: Path, vaults_list: list[int], seeds: list[int], methods: list[str]) -> dict:
+def summarise(out: Path, vaults_list: list[int], all_seeds: list[int], methods: list[str]) -> dict:
     summary: dict = {"lengths": {}}
     for vaults in vaults_list:
+        # the seeds every method has finished at this length (a benchmark still running reports those)
+        seeds = [s for s in all_seeds if all((run_folder(out, m, vaults, s) / "summary.json").is_file() for m in methods)]
+        if not seeds:
+            continue
         points = {m: {s: eval_points(run_folder(out, m, vaults, s)) for s in seeds} for m in methods}
         final = {m: [points[m][s][-1][1] for s in seeds] for m in methods}
         base_final = statistics.fmean(final[BASELINE]) if BASELINE in final else math.nan
@@ -130,12 +172,13 @@ def summarise(out: Path, vaults_list: list[int], seeds: list[int], methods: list
             diffs = [f - g for f, g in zip(final[m], final[BASELINE])] if BASELINE in final else []
             reach = [steps_to_reach(points[m][s], base_final) for s in seeds]
             checks = [hollow_checks(run_folder(out, m, vaults, s)) for s in seeds]
+            calibrations = [calibration(run_folder(out, m, vaults, s)) for s in seeds]
             length[m] = {
                 "base": [points[m][s][0][1] for s in seeds], "final": final[m], "diff_vs_grpo": diffs,
-                "steps_to_grpo_final": reach, "checks": checks,
+                "steps_to_grpo_final": reach, "checks": checks, "calibration": calibrations,
                 "points": {str(s): points[m][s] for s in seeds},
             }
-        summary["lengths"][str(vaults)] = {"grpo_final_mean": base_final, "methods": length}
+        summary["lengths"][str(vaults)] = {"grpo_final_mean": base_final, "seeds": seeds, "methods": length}
     return summary
 
 
@@ -149,8 +192,10 @@ def fmt(values: list[float], digits: int = 3) -> str:
 
 
 def table(summary: dict, args: argparse.Namespace) -> str:
+    finished = "; ".join(f"V = {v}: {len(x['seeds'])}" for v, x in summary["lengths"].items())
     lines = [
-        f"Held-out success on {args.eval_games} games, seeds {', '.join(map(str, args.seeds))}, "
+        f"Held-out success on {args.eval_games} games, seeds {', '.join(map(str, args.seeds))} "
+        f"(runs finished per chain length: {finished}), "
         f"{args.steps_per_vault} environment steps per vault (T = 10 V). final: mean +- std over seeds; "
         f"vs GRPO: mean of the paired per-seed differences +- its standard error; steps to GRPO: seeds that "
         f"reached GRPO's final mean, and their mean environment steps; hollow checks: fewest actor samples in an "
@@ -176,6 +221,25 @@ def table(summary: dict, args: argparse.Namespace) -> str:
                 f"| {vs} | {steps} | {actor} | {fmt([c['degenerate_group_rate'] for c in checks], 2)} "
                 f"| {min(c['admissible_min'] for c in checks):.2f} | {corr if 'TEMPO' in m else '-'} | {share} |"
             )
+    calibrated = [(v, m, [c for c in r["calibration"] if c]) for v, length in summary["lengths"].items()
+                  for m, r in length["methods"].items() if any(r["calibration"])]
+    if calibrated:
+        lines += [
+            "",
+            "The critic at the end of each TEMPO run against Monte Carlo (analysis/mc_critic, "
+            f"{' '.join(CALIBRATION)}; mean +- std over the seeds calibrated): MAE against the MAE of guessing "
+            "the states' Monte-Carlo mean, ECE, Pearson, the critic's mean estimate against the Monte-Carlo mean "
+            "on those states, and over the last quarter of TD updates its mean estimate and mean TD target.",
+            "",
+            "| V | method | seeds | MAE | constant-guess MAE | ECE | Pearson | estimate mean | MC mean "
+            "| TD estimate mean | TD target mean |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for v, m, cals in calibrated:
+            cell = lambda key: fmt([c[key] for c in cals], 3)  # noqa: E731
+            lines.append(f"| {v} | {m} | {len(cals)} | {cell('mae')} | {cell('constant_mae')} | {cell('ece')} "
+                         f"| {fmt([c['pearson'] for c in cals], 2)} | {cell('estimate_mean')} | {cell('mc_mean')} "
+                         f"| {cell('td_estimate_mean')} | {cell('td_target_mean')} |")
     return "\n".join(lines)
 
 
@@ -186,6 +250,8 @@ def plot(summary: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     lengths = sorted(summary["lengths"], key=int)
+    if not lengths:
+        return
     methods = list(summary["lengths"][lengths[0]]["methods"])
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for m in methods:
@@ -231,6 +297,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/horizon")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each with cores/jobs torch threads")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plots from finished runs")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="also measure each finished TEMPO run's critic against Monte Carlo (analysis/mc_critic)")
     parser.add_argument("extra", nargs="*", help="more trainer arguments for every run (after --)")
     args = parser.parse_args()
     out = Path(args.out)
@@ -251,6 +319,12 @@ def main() -> None:
         jobs = [(m, v, s) for s in args.seeds for v in args.vaults for m in args.methods]  # whole seeds first
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             list(pool.map(run, jobs))
+    if args.calibrate:
+        runs = [run_folder(out, m, v, s) for s in args.seeds for v in args.vaults for m in args.methods
+                if "TEMPO" in m and (run_folder(out, m, v, s) / "summary.json").is_file()]
+        threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(lambda run: calibrate(run, threads), runs))
     summary = summarise(out, args.vaults, args.seeds, args.methods)
     summary.update(steps_per_vault=args.steps_per_vault, eval_games=args.eval_games, seeds=args.seeds)
     text = table(summary, args)
