@@ -196,15 +196,16 @@ def table(summary: dict, args: argparse.Namespace) -> str:
     lines = [
         f"Held-out success on {args.eval_games} games, seeds {', '.join(map(str, args.seeds))} "
         f"(runs finished per chain length: {finished}), "
-        f"{args.steps_per_vault} environment steps per vault (T = 10 V). final: mean +- std over seeds; "
+        f"{args.steps_per_vault} environment steps per vault (T = 10 V; env steps: the mean a run took, the update that "
+        f"crosses the budget finishes). final: mean +- std over seeds; "
         f"vs GRPO: mean of the paired per-seed differences +- its standard error; steps to GRPO: seeds that "
         f"reached GRPO's final mean, and their mean environment steps; hollow checks: fewest actor samples in an "
         f"update (updates with none), mean degenerate-group share, lowest admissible share; critic: last-quarter "
         f"correlation with its TD targets; critic-only: share of environment steps in warm-up and refreshes.",
         "",
-        "| V | method | base | final | final per seed | vs GRPO | steps to GRPO | actor samples min (none) "
+        "| V | method | env steps | base | final | final per seed | vs GRPO | steps to GRPO | actor samples min (none) "
         "| degenerate | admissible min | critic corr | critic-only steps |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for vaults, length in summary["lengths"].items():
         for m, r in length["methods"].items():
@@ -217,7 +218,7 @@ def table(summary: dict, args: argparse.Namespace) -> str:
             corr = fmt([c.get("critic_corr_last_quarter", math.nan) for c in checks], 2)
             share = fmt([c["critic_only_step_share"] for c in checks], 2) if "TEMPO" in m else "-"
             lines.append(
-                f"| {vaults} | {m} | {fmt(r['base'])} | {fmt(r['final'])} | {' / '.join(f'{v:.3f}' for v in r['final'])} "
+                f"| {vaults} | {m} | {statistics.fmean(p[-1][0] for p in r['points'].values()):.0f} | {fmt(r['base'])} | {fmt(r['final'])} | {' / '.join(f'{v:.3f}' for v in r['final'])} "
                 f"| {vs} | {steps} | {actor} | {fmt([c['degenerate_group_rate'] for c in checks], 2)} "
                 f"| {min(c['admissible_min'] for c in checks):.2f} | {corr if 'TEMPO' in m else '-'} | {share} |"
             )
