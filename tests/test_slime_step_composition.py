@@ -89,10 +89,22 @@ def test_each_step_holds_actor_and_critic_in_the_rollouts_proportion(case, slime
 
 
 def test_step_order_by_hand():
-    # keys (i + 1/2) / T: a 1/8, 3/8, 5/8, 7/8; b 1/6, 1/2, 5/6; c 1/4, 3/4
+    # N = 9; position k takes the stream with the largest k T_s - 9 placed_s: k = 1: 4, 3, 2 -> a;
+    # k = 2: -1, 6, 4 -> b; k = 3: 3, 0, 6 -> c; k = 4: 7, 3, -1 -> a; k = 5: 2, 6, 1 -> b; ...
     order = step_order([["a1", "a2", "a3", "a4"], ["b1", "b2", "b3"], ["c1", "c2"]])
     assert order == ["a1", "b1", "c1", "a2", "b2", "a3", "c2", "b3", "a4"]
     assert step_order([[], ["x"]]) == ["x"]
+
+
+def test_two_short_streams_of_equal_length_do_not_leave_a_step_to_the_long_one():
+    """A TD rollout of the CPU end-to-end run: 2 actor samples, 8 critic samples, 2 padding, cut into
+    3 steps of 4. Sorting by each item's share put actor and padding side by side and gave the
+    middle step 4 critic samples (2.67 is the share)."""
+    order = step_order([["a"] * 2, ["c"] * 8, ["p"] * 2])
+    steps = [order[i:i + 4] for i in range(0, 12, 4)]
+    assert steps == [["c", "a", "c", "c"], ["p", "c", "c", "a"], ["c", "c", "p", "c"]]
+    for role, total in (("a", 2), ("c", 8), ("p", 2)):
+        assert all(abs(step.count(role) - total / 3) <= 1 for step in steps)
 
 
 def test_runs_of_one_group_are_lists_and_indices_count_up_in_list_order(slime_types):

@@ -132,15 +132,25 @@ def padding_sample(sample_cls: Any, group_index: int, index: int, token_id: int,
 
 def step_order(streams: Sequence[Sequence[T]]) -> list[T]:
     """The items of several streams in one sequence in which every prefix holds each stream's
-    items in proportion to the stream's length, to within about one item.
+    items in proportion to the stream's length, to within one item.
 
     slime cuts a rollout's samples into optimiser steps of ``--global-batch-size`` in list order, so
     with this order each step of a TD rollout holds actor and critic samples (and padding) in the
-    rollout's proportions. Item i of a stream of T items is keyed by the share of its stream done
-    at its middle, (i + 1/2) / T; the items are sorted by key (ties: stream order).
+    rollout's proportions. Position k (1-based) of N takes the next item of the stream furthest
+    behind its quota: the largest k T_s / N - placed_s over the streams with items left (ties: stream
+    order). Unlike sorting by each item's share of its stream, two short streams of equal length do
+    not land side by side, which could leave a whole step to the long one.
     """
-    keyed = [((i + 0.5) / len(stream), s, i, item) for s, stream in enumerate(streams) for i, item in enumerate(stream)]
-    return [item for *_, item in sorted(keyed, key=lambda k: k[:3])]
+    total = sum(len(stream) for stream in streams)
+    placed = [0] * len(streams)
+    order: list[T] = []
+    for k in range(1, total + 1):
+        # integer deficits, k T_s - placed_s N (= N x the fractional deficit): exact ties
+        s = max((i for i, stream in enumerate(streams) if placed[i] < len(stream)),
+                key=lambda i: (k * len(streams[i]) - placed[i] * total, -i))
+        order.append(streams[s][placed[s]])
+        placed[s] += 1
+    return order
 
 
 def slime_groups(
