@@ -29,6 +29,19 @@ class PolicyLossOutput:
     approx_kl: torch.Tensor
 
 
+def _ratio_terms(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, loss_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The float mask, log rho_t and rho_t on the loss tokens, and the approximate KL
+    mean over them of (rho_t - 1) - log rho_t (no gradient)."""
+    mask = loss_mask.to(logprobs.dtype)
+    log_ratio = (logprobs - old_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    with torch.no_grad():
+        approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / mask.sum().clamp(min=1.0)
+    return mask, log_ratio, ratio, approx_kl
+
+
 def clipped_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -38,9 +51,7 @@ def clipped_policy_loss(
     eps_high: float = 0.2,
 ) -> PolicyLossOutput:
     """All inputs are [B, T]; ``loss_mask`` is 1 on trained tokens. Returns scalar tensors."""
-    mask = loss_mask.to(logprobs.dtype)
-    log_ratio = (logprobs - old_logprobs) * mask
-    ratio = torch.exp(log_ratio)
+    mask, log_ratio, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
     unclipped = -ratio * advantages
     clipped = -torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
     per_token = torch.maximum(unclipped, clipped)
@@ -52,7 +63,6 @@ def clipped_policy_loss(
     with torch.no_grad():
         total = mask.sum().clamp(min=1.0)
         clip_fraction = (((unclipped < clipped).to(mask.dtype)) * mask).sum() / total
-        approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / total
     return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
 
 
@@ -63,11 +73,6 @@ def importance_sampling_loss(
     loss_mask: torch.Tensor,
 ) -> PolicyLossOutput:
     """All inputs are [B, T]; the loss is summed over the loss tokens of all B samples (not averaged)."""
-    mask = loss_mask.to(logprobs.dtype)
-    log_ratio = (logprobs - old_logprobs) * mask
-    ratio = torch.exp(log_ratio)
+    mask, _, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
     loss = (-ratio * advantages * mask).sum()
-    with torch.no_grad():
-        total = mask.sum().clamp(min=1.0)
-        approx_kl = (((ratio - 1.0) - log_ratio) * mask).sum() / total
     return PolicyLossOutput(loss=loss, clip_fraction=torch.zeros((), dtype=logprobs.dtype), approx_kl=approx_kl)
