@@ -266,20 +266,30 @@ def test_tempo_warmup_then_td_through_train_py(tempo_run):
         check_eval(run)
         counts = {r: WARMUP_COUNT if r < WARMUP else TD_COUNT for r in range(3)}
         rollouts = check_rollouts(run, counts)
-        # warm-up: critic samples (not only padding); TD: actor samples, and critic samples and padding
+        log = run.text()
+        metrics = {r: perf_metrics(log, r) for r in range(3)}
+        # warm-up: critic samples and padding, as many critic samples as the update logged; none only
+        # where every valued state's K answers were identical (e.g. both episodes lost and the critic
+        # said 0 each time: error 0, nothing to learn). TD: actor samples, critic samples and padding
         warmup_roles = [role(s) for s in rollouts[0]]
-        assert set(warmup_roles) <= {"critic", compare.PADDING} and "critic" in warmup_roles, warmup_roles
+        assert set(warmup_roles) <= {"critic", compare.PADDING}, warmup_roles
+        assert warmup_roles.count("critic") == metrics[0]["rollout/train/critic_samples"], warmup_roles
+        assert "critic" in warmup_roles or metrics[0]["rollout/critic/identical_group_rate"] == 1.0, metrics[0]
         # the rollouts went through the sglang-router slime launched, on the loopback
         assert "Router launched at 127.0.0.1:" in run.text()
+        for r in range(WARMUP, 3):
+            td_roles = [role(s) for s in rollouts[r]]
+            assert set(td_roles) <= {"actor", "critic", compare.PADDING}, td_roles
+            for kind in ("actor", "critic"):
+                assert td_roles.count(kind) == metrics[r][f"rollout/train/{kind}_samples"], (r, td_roles)
+        # actor samples in the TD rollouts unless every start state's N branches had equal advantages
         td_roles = [role(s) for r in range(WARMUP, 3) for s in rollouts[r]]
-        assert set(td_roles) <= {"actor", "critic", compare.PADDING}
-        assert "actor" in td_roles, f"no actor sample in the TD rollouts: {td_roles}"
+        assert "actor" in td_roles or all(metrics[r]["rollout/actor/degenerate_group_rate"] == 1.0
+                                          for r in range(WARMUP, 3)), f"no actor sample in the TD rollouts: {td_roles}"
         # the state store: saved after every rollout, the newest 2 files kept (KEEP_STATE_FILES), and
         # the TD rollouts' endpoints went in (each TD branch that stopped at its macro-step boundary)
         assert [p.name for p in state_files(run.save)] == ["state_1.json", "state_2.json"]
         check_state_files_whole(run.save)
-        log = run.text()
-        metrics = {r: perf_metrics(log, r) for r in range(3)}
         assert metrics[0]["rollout/store/size"] == 0.0  # the warm-up adds no state
         stored = json.loads((run.save / "tempo" / "state_2.json").read_text())["store"]["states"]
         assert len(stored) == metrics[2]["rollout/store/size"] > 0
