@@ -65,7 +65,7 @@ def main() -> None:
 
     sampler_module.LocalSampler.generate = timed_generate
     sampler_module.LocalSampler.__post_init__ = remember
-    from tempo_plugin import train as train_module
+    from tempo_plugin.embedded import multi_turn as train_module
 
     original_save = train_module.save_checkpoint
 

@@ -217,7 +217,7 @@ def episode_successes(
     temperature: float, top_p: float, seed: int, progress: Progress,
 ) -> list[int]:
     """Episodes won per game, ``episodes`` complete episodes of each game."""
-    from tempo_plugin.rollout.updates import TempoRollout
+    from tempo_plugin.method.rollout import TempoRollout
 
     cfg = replace(policy.config, temperature=temperature, top_p=top_p)
     rollout = TempoRollout(cfg, policy.sampler, policy.protocol, make_env)

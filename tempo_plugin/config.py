@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
-ESTIMATORS = ("tempo", "grpo", "temporal_grpo", "ppo", "tppo")
-"""--advantage-estimator: the multi-turn ones play --env, ppo/tppo (and grpo with --task) a single-turn task."""
+from tempo_plugin.method.estimators import ESTIMATORS, NO_CRITIC
 
 
 class ConfigError(ValueError):
@@ -104,7 +103,7 @@ class TempoConfig:
         "help": "tempo (multi-turn, --env); grpo (multi-turn on --env: N complete episodes per game, "
                 "or single-turn when --task is given); temporal_grpo (multi-turn on --env, group-relative "
                 "advantages per stage of the environment's milestones); ppo, tppo (single-turn, --task)",
-        "choices": ESTIMATORS})
+        "choices": tuple(ESTIMATORS)})
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
     critic_learning_rate: float = field(default=1e-4, metadata={"help": "PPO/TPPO: AdamW learning rate of the separate critic model"})
@@ -170,12 +169,13 @@ class TempoConfig:
     @property
     def multi_turn(self) -> bool:
         """TEMPO, or GRPO on an environment (no --task): episodes of --env rather than single answers."""
-        return self.advantage_estimator in ("tempo", "temporal_grpo") or (self.advantage_estimator == "grpo" and not self.task)
+        estimator = ESTIMATORS[self.advantage_estimator]
+        return estimator.on_env and not (estimator.on_task and self.task)
 
     @property
     def episode_estimator(self) -> bool:
         """Multi-turn GRPO or Temporal GRPO: complete episodes per game, no critic, no warm-up."""
-        return self.multi_turn and self.advantage_estimator in ("grpo", "temporal_grpo")
+        return self.multi_turn and ESTIMATORS[self.advantage_estimator].critic == NO_CRITIC
 
     @property
     def bootstrap_t(self) -> int:

@@ -36,6 +36,8 @@ def hit():
         os._exit(137)
 
 import tempo_plugin.train as train
+from tempo_plugin.metrics import MetricsLog
+from tempo_plugin.states.store import StateStore
 if where == "between_renames":  # inside save_checkpoint: latest moved to latest.old, latest.tmp not yet in place
     rename = pathlib.Path.rename
     def patched(self, target):
@@ -44,18 +46,18 @@ if where == "between_renames":  # inside save_checkpoint: latest moved to latest
         return rename(self, target)
     pathlib.Path.rename = patched
 elif where == "writing_checkpoint":  # inside save_checkpoint: the weights written, the state store not
-    save = train.StateStore.save
+    save = StateStore.save
     def patched(self, path):
         hit()
         return save(self, path)
-    train.StateStore.save = patched
+    StateStore.save = patched
 elif where == "after_logging":  # an update's metrics are logged, its checkpoint not yet written
-    log = train.MetricsLog.log
+    log = MetricsLog.log
     def patched(self, record):
         log(self, record)
         if record.get("phase") in ("warmup", "td"):
             hit()
-    train.MetricsLog.log = patched
+    MetricsLog.log = patched
 sys.exit(train.main(sys.argv[1:]))
 """
 

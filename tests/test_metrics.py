@@ -1,4 +1,4 @@
-"""Tests for the end-of-run summary (tempo_plugin.metrics) and the collapsed-critic warning (train.py)."""
+"""Tests for the end-of-run summary (tempo_plugin.metrics) and the collapsed-critic warning (embedded/multi_turn.py)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_format_table_has_five_columns():
 
 
 def test_critic_collapse_warning_once_per_streak_of_three(capsys):
-    from tempo_plugin.train import Progress, warn_if_critic_collapsed
+    from tempo_plugin.embedded.multi_turn import Progress, warn_if_critic_collapsed
 
     assert (IDENTICAL_WARNING, IDENTICAL_PATIENCE) == (0.9, 3)
     progress = Progress()
@@ -182,7 +182,7 @@ def test_critic_collapse_warning_once_per_streak_of_three(capsys):
 
 
 def test_no_critic_collapse_warning_below_the_threshold(capsys):
-    from tempo_plugin.train import Progress, warn_if_critic_collapsed
+    from tempo_plugin.embedded.multi_turn import Progress, warn_if_critic_collapsed
 
     progress = Progress()
     for update in range(20):

@@ -1,4 +1,4 @@
-"""Single-turn GRPO/PPO/TPPO on the embedded runtime (tempo_plugin/single_turn.py)."""
+"""Single-turn GRPO/PPO/TPPO on the embedded runtime (tempo_plugin/embedded/single_turn.py)."""
 
 import json
 import math
@@ -9,7 +9,7 @@ import torch
 from tempo_plugin.algorithms.tppo import value_bce_loss
 from tempo_plugin.backends.local.critic import value_model_from_policy
 from tempo_plugin.config import TempoConfig, parse_config
-from tempo_plugin.single_turn import (
+from tempo_plugin.embedded.single_turn import (
     Response,
     actor_samples,
     critic_loss,
@@ -124,7 +124,7 @@ def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
 def test_micro_batched_critic_update_equals_one_batch(tiny_model):
     import copy
 
-    from tempo_plugin.single_turn import critic_update, micro_batches
+    from tempo_plugin.embedded.single_turn import critic_update, micro_batches
 
     torch.manual_seed(0)
     critic = value_model_from_policy(tiny_model, init="small", std=0.05)
@@ -148,7 +148,7 @@ def test_critic_epochs_are_repeated_steps_on_the_same_batch(tiny_model):
     the reported loss is the first step's (before this batch trained the critic)."""
     import copy
 
-    from tempo_plugin.single_turn import critic_update
+    from tempo_plugin.embedded.single_turn import critic_update
 
     torch.manual_seed(0)
     critic = value_model_from_policy(tiny_model, init="small", std=0.05)

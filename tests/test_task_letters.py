@@ -170,7 +170,7 @@ def test_tiny_bootstrap_accepts_letters(tmp_path, one_thread):
 
     from tempo_plugin.backends.local.model import build_bootstrapped_tiny, tiny_cache_dir
     from tempo_plugin.config import ConfigError, TempoConfig
-    from tempo_plugin.single_turn import make_task as single_turn_task
+    from tempo_plugin.embedded.single_turn import make_task as single_turn_task
 
     cfg = TempoConfig(advantage_estimator="tppo", task="letters", bootstrap_steps=2, cache_dir=str(tmp_path))
     other = TempoConfig(advantage_estimator="tppo", task="countdown", bootstrap_steps=2, cache_dir=str(tmp_path))

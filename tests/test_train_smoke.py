@@ -85,7 +85,7 @@ def test_critic_epochs_add_steps_on_the_critic_samples_alone():
     """train_step with critic_epochs 3: the joint step on all samples, then 2 steps on the critic
     samples alone; no critic samples (GRPO batches): the joint step only."""
     from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample
-    from tempo_plugin.train import train_step
+    from tempo_plugin.embedded.multi_turn import train_step
 
     class Recorder:
         def __init__(self):

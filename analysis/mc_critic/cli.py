@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> dict:
     if multi_turn:
         from tempo_plugin.envs import eval_env_factory
         from tempo_plugin.rollout.games import eval_games
-        from tempo_plugin.rollout.updates import TempoRollout
+        from tempo_plugin.method.rollout import TempoRollout
 
         from analysis.mc_critic.critics import GenerativeCritic
         from analysis.mc_critic.ground_truth import agent_mc
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> dict:
         mode = {"mode": "agent", "env": cfg.env, "every_rounds": every}
     else:
         from tempo_plugin.backends.local.critic import critic_estimator, load_value_model
-        from tempo_plugin.single_turn import EVAL_SEED, make_task, sample_responses
+        from tempo_plugin.embedded.single_turn import EVAL_SEED, make_task, sample_responses
 
         from analysis.mc_critic.critics import ScalarCritic
         from analysis.mc_critic.ground_truth import token_mc

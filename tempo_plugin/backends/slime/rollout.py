@@ -3,7 +3,7 @@
 ``generate_rollout``: TEMPO. Rollouts ``0 .. warmup_updates-1`` are the critic warm-up (complete
 episodes, Monte-Carlo targets at macro-step boundaries), the rest are TD updates (start states from
 the store topped up with fresh games, N branches x H rounds, critic at start states and endpoints).
-Both run through the shared engine (``rollout.updates.TempoRollout``) with an HTTP Sampler on the
+Both run through the shared engine (``method.rollout.TempoRollout``, phases from ``method.schedule``) with an HTTP Sampler on the
 SGLang router's ``/generate``; the state store lives in ``TempoDataSource``.
 
 ``generate_grpo_rollout``: the multi-turn GRPO baseline on the same environment, the embedded
@@ -38,7 +38,8 @@ from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games
-from tempo_plugin.rollout.updates import UpdateBatch, start_states
+from tempo_plugin.method.play import UpdateBatch
+from tempo_plugin.method.schedule import TD, WARMUP, phase, run_update
 
 
 def slime_types() -> SimpleNamespace:
@@ -64,17 +65,15 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
     if evaluation:
         return evaluate(source, types)
     cfg = source.cfg
-    rollout = source.rollout()
-    if rollout_id < cfg.warmup_updates:
-        games = [source.next_game() for _ in range(cfg.warmup_games_per_batch)]
-        batch = rollout.warmup_update(rollout_id, games, max_states=cfg.states_per_batch)
-        count = warmup_sample_count(cfg)
-    else:
-        batch = rollout.td_update(rollout_id, start_states(source.store, cfg), source.next_game)
+    name = phase("tempo", cfg.warmup_updates, rollout_id)
+    # a warm-up values at most S states: its rollout holds S x K samples
+    batch = run_update(source.rollout(), name, rollout_id, source.next_game, source.store,
+                       max_warmup_states=cfg.states_per_batch)
+    if name == TD:
         source.store.add(batch.new_states)
-        count = td_sample_count(cfg)
     batch.metrics["store/size"] = float(len(source.store))
-    return train_output(batch, count, rollout_id, rollout, types)
+    count = warmup_sample_count(cfg) if name == WARMUP else td_sample_count(cfg)
+    return train_output(batch, count, rollout_id, source.rollout(), types)
 
 
 def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
@@ -82,10 +81,9 @@ def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
     types = slime_types()
     if evaluation:
         return evaluate(source, types)
-    cfg = source.cfg
     rollout = source.rollout()
-    games = [source.next_game() for _ in range(cfg.states_per_batch)]
-    return train_output(rollout.episode_update(rollout_id, games), episode_sample_count(cfg), rollout_id, rollout, types)
+    batch = run_update(rollout, phase("grpo", 0, rollout_id), rollout_id, source.next_game, source.store)
+    return train_output(batch, episode_sample_count(source.cfg), rollout_id, rollout, types)
 
 
 def generate_temporal_grpo_rollout(args, rollout_id, data_source, evaluation=False):
@@ -93,11 +91,9 @@ def generate_temporal_grpo_rollout(args, rollout_id, data_source, evaluation=Fal
     types = slime_types()
     if evaluation:
         return evaluate(source, types)
-    cfg = source.cfg
     rollout = source.rollout()
-    games = [source.next_game() for _ in range(cfg.states_per_batch)]
-    return train_output(rollout.stage_update(rollout_id, games), episode_sample_count(cfg), rollout_id, rollout, types,
-                        token_advantages=True)
+    batch = run_update(rollout, phase("temporal_grpo", 0, rollout_id), rollout_id, source.next_game, source.store)
+    return train_output(batch, episode_sample_count(source.cfg), rollout_id, rollout, types, token_advantages=True)
 
 
 def train_output(batch: UpdateBatch, count: int, rollout_id: int, rollout: Any, types: SimpleNamespace,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tempo_plugin.config import ConfigError, TempoConfig, flag, read_config_file
+from tempo_plugin.method.estimators import estimator_of_rollout_function
 
 SLIME_OWNED: dict[str, str] = {
     "states_per_batch": "--rollout-batch-size",
@@ -68,8 +69,12 @@ EMBEDDED_ONLY: dict[str, str] = {
 """TempoConfig fields (off at 0) the slime rollout does not implement: a YAML may not turn them on,
 and a slime run sets them to 0 whatever their local default."""
 
-TEMPORAL_GRPO_ROLLOUT = ".generate_temporal_grpo_rollout"
-"""The end of the Temporal GRPO rollout function's dotted path (``rollout.generate_temporal_grpo_rollout``)."""
+
+def rollout_estimator(rollout_function_path: str) -> str:
+    """The estimator a slime run trains, named by its --rollout-function-path
+    (``method.estimators``: generate_rollout is TEMPO); tempo when the path names none of ours."""
+    estimator = estimator_of_rollout_function(rollout_function_path or "")
+    return estimator.name if estimator else "tempo"
 
 
 def _from_slime_args(args: Any, warmup_updates: int) -> dict[str, Any]:
@@ -116,7 +121,7 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         for name, slime_flag in SLIME_OWNED.items():
             message = message.replace(flag(name), slime_flag)
         raise ConfigError(message) from None
-    if str(getattr(args, "rollout_function_path", "") or "").endswith(TEMPORAL_GRPO_ROLLOUT):
+    if rollout_estimator(str(getattr(args, "rollout_function_path", "") or "")) == "temporal_grpo":
         _check_milestones(cfg, source)
     if cfg.policy_loss == "importance_sampling":
         _check_reference_loss(args, source)
@@ -165,9 +170,10 @@ def episode_sample_count(cfg: TempoConfig) -> int:
 
 def sample_counts(cfg: TempoConfig, rollout_function_path: str) -> dict[str, int]:
     """Samples per rollout of each phase the configured rollout function runs."""
-    if rollout_function_path.endswith(TEMPORAL_GRPO_ROLLOUT):
+    estimator = rollout_estimator(rollout_function_path)
+    if estimator == "temporal_grpo":
         return {"Temporal GRPO episode": episode_sample_count(cfg)}
-    if rollout_function_path.endswith(".generate_grpo_rollout"):
+    if estimator == "grpo":
         return {"GRPO episode": episode_sample_count(cfg)}
     return {"warm-up": warmup_sample_count(cfg), "TD": td_sample_count(cfg)}
 

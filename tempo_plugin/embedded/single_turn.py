@@ -23,30 +23,35 @@ critic/bce (tppo) or critic/mse (ppo); actor/adv_mean; and the trainer's train/*
 
 from __future__ import annotations
 
-import json
-import random
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
+from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
 from tempo_plugin.backends.local.critic import ValueModel, save_value_model, token_increments, value_model_from_policy
 from tempo_plugin.backends.local.lora import apply_lora, save_model
-from tempo_plugin.backends.local.model import load_policy, resolve_device
+from tempo_plugin.backends.local.model import resolve_device
 from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import PolicyTrainer, chunk_by_token_budget, pad_rows
-from tempo_plugin.algorithms.grpo import grpo_advantages
+from tempo_plugin.backends.local.trainer import chunk_by_token_budget, pad_rows
 from tempo_plugin.config import ConfigError, TempoConfig
-from tempo_plugin.metrics import MetricsLog, format_table, plot_curves, summary_dict, summary_rows
+from tempo_plugin.embedded.run_folder import (
+    load_policy_with_progress,
+    metrics_logs,
+    policy_trainer,
+    prepare_out,
+    seed_everything,
+    write_summary,
+)
+from tempo_plugin.method.estimators import ESTIMATORS, VALUE_MODEL
+from tempo_plugin.metrics import format_table, summary_rows
 from tempo_plugin.rollout.games import sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
-from tempo_plugin.wandb_log import WandbRun
 
 ACCURACY = "eval/accuracy"
 EVAL_SEED = 2_000_000_000  # held-out problems, never reached by training seeds
@@ -197,22 +202,15 @@ def accuracy(sampler: Sampler, protocol: ChatProtocol, task: Any, cfg: TempoConf
 def run(cfg: TempoConfig) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from tempo_plugin.train import prepare_out
-
     if cfg.resume:
         raise ConfigError(f"--resume is not supported for --advantage-estimator {cfg.advantage_estimator} yet")
     out = prepare_out(cfg)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    seed_everything(cfg.seed)
     device = resolve_device(cfg.device)
     task = make_task(cfg)
-    bar = None if cfg.model else tqdm(total=cfg.bootstrap_steps, desc="bootstrap (tiny model, cached)", unit="step", leave=False)
-    model, tokenizer = load_policy(cfg, device, progress=(lambda s, l: (bar.update(1), bar.set_postfix(loss=f"{l:.3f}"))) if bar else None)
-    if bar:
-        bar.close()
+    model, tokenizer = load_policy_with_progress(cfg, device)
     model.eval()
-    uses_critic = cfg.advantage_estimator in ("ppo", "tppo")
+    uses_critic = ESTIMATORS[cfg.advantage_estimator].critic == VALUE_MODEL
     # the critic copies the plain backbone before any LoRA wrapping: it trains in full
     critic = value_model_from_policy(model, init=cfg.critic_init) if uses_critic else None
     critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate) if critic else None
@@ -221,16 +219,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     protocol = ChatProtocol(tokenizer)
     sampler = LocalSampler(model, tokenizer)
     params = SamplingParams(cfg.temperature, cfg.top_p, protocol.stop_token_ids)
-    if cfg.freeze_embeddings and not cfg.lora_rank:  # LoRA: the whole base is frozen, embeddings included
-        for module in (model.get_input_embeddings(), model.get_output_embeddings()):
-            module.weight.requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.td_learning_rate,
-                                  betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    trainer = PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
-                            cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch,
-                            cfg.policy_loss)
-    wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
-    log = MetricsLog(out / "metrics.jsonl", mirror=wandb_run.log if wandb_run else None)
+    trainer = policy_trainer(cfg, model, tokenizer, cfg.td_learning_rate)
+    log, wandb_run = metrics_logs(cfg, out)
     if cfg.eval_games > 0:
         print(f"measuring the base policy's accuracy on {cfg.eval_games} held-out problems ...", flush=True)
         log.log({"phase": "eval", "update": -1, ACCURACY: accuracy(sampler, protocol, task, cfg, params)})
@@ -279,11 +269,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         log.log({"phase": "eval", "update": total, ACCURACY: accuracy(sampler, protocol, task, cfg, params)})
     log.close()
     rows = summary_rows(log.records, SUMMARY, ACCURACY)
-    plot_curves(log.records, out / "curves.png", PLOTTED)
-    if wandb_run:
-        wandb_run.finish(out / "curves.png")
-    summary = summary_dict(rows)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary = write_summary(out, rows, log.records, wandb_run, PLOTTED)
     save_model(model, out / "policy")  # with LoRA: the adapters only
     tokenizer.save_pretrained(out / "policy")
     if critic is not None:  # loaded back onto the saved policy's backbone with load_value_model

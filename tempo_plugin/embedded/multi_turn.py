@@ -1,0 +1,220 @@
+"""The embedded multi-turn loop: TEMPO, multi-turn GRPO and Temporal GRPO on an environment.
+
+Loads the policy (a local HF model directory, or the bootstrapped built-in tiny model), measures
+the base success rate on held-out games, runs the updates ``method.schedule`` names (TEMPO: the
+critic warm-up with Monte-Carlo targets, then TD updates of actor and critic, each M-th followed by
+a Monte-Carlo refresh; GRPO and Temporal GRPO: episode updates), then measures the final success
+rate. The held-out games come from ``envs.eval_env_factory``: for TextWorld and ALFWorld a folder
+of games training never plays (ALFWorld's ``--eval-split``), for the built-in games seeds training
+never reaches. Writes to --out: config.yaml, metrics.jsonl, critic_values.jsonl (the critic's
+estimate and target per valued state), curves.png, summary.json and checkpoints/latest (resume with
+--resume); with --lora-rank the checkpoint holds the adapters only.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+from tempo_plugin.backends.local.lora import apply_lora, load_adapted
+from tempo_plugin.backends.local.model import load_pretrained, resolve_device
+from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.backends.local.trainer import PolicyTrainer
+from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.embedded.run_folder import (
+    Progress,
+    checkpoint_to_resume,
+    load_checkpoint,
+    load_policy_with_progress,
+    metrics_logs,
+    policy_trainer,
+    prepare_out,
+    save_checkpoint,
+    seed_everything,
+    write_summary,
+)
+from tempo_plugin.envs import env_factory, eval_env_factory
+from tempo_plugin.method.play import UpdateBatch
+from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.method.schedule import TD, WARMUP, phase as update_phase, run_update
+from tempo_plugin.method.tempo import mc_refresh_due
+from tempo_plugin.metrics import (
+    ENV_STEPS,
+    IDENTICAL_PATIENCE,
+    IDENTICAL_WARNING,
+    MC_REFRESH,
+    SUCCESS_RATE,
+    VALUE_PAIRS_FILE,
+    MetricsLog,
+    format_table,
+    pooled_corr_row,
+    summary_rows,
+)
+from tempo_plugin.rollout.games import MC_REFRESH_OFFSET, eval_games, train_game
+from tempo_plugin.rollout.protocol import ChatProtocol
+from tempo_plugin.rollout.samples import CRITIC
+from tempo_plugin.states.store import StateStore
+
+
+def run(cfg: TempoConfig) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    out = prepare_out(cfg)
+    checkpoint = out / "checkpoints" / "latest"
+    resume_from = checkpoint_to_resume(checkpoint) if cfg.resume else None
+    seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)
+    try:
+        make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults)
+        # the held-out games: checked before any model is loaded, so a missing folder stops the run at once
+        make_eval_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults,
+                                         cfg.eval_split) if cfg.eval_games > 0 else make_env
+    except (ValueError, ImportError, FileNotFoundError) as error:
+        raise ConfigError(str(error)) from None
+
+    if cfg.resume:
+        if cfg.lora_rank:  # the adapters train on; the optimizer state is theirs
+            model, tokenizer = load_adapted(resume_from, device, trainable=True, cache_dir=cfg.cache_dir)
+        else:
+            model, tokenizer = load_pretrained(str(resume_from), device)
+    else:
+        model, tokenizer = load_policy_with_progress(cfg, device)
+        if cfg.lora_rank:
+            # the base is the folder the weights came from when a warm start changed them, else --model
+            model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
+                               base="" if cfg.warm_start_steps else cfg.model)
+    model.eval()
+    protocol = ChatProtocol(tokenizer)
+    rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env)
+    eval_rollout = TempoRollout(cfg, rollout.sampler, protocol, make_eval_env)  # held-out games only
+    trainer = policy_trainer(cfg, model, tokenizer, cfg.learning_rate)
+    optimizer = trainer.optimizer
+    store = StateStore(cfg.state_store_capacity, seed=cfg.seed + 1)
+    progress = Progress()
+    if cfg.resume:
+        store, progress = load_checkpoint(resume_from, optimizer)
+    log, wandb_run = metrics_logs(cfg, out, keep_updates_below=progress.next_update if cfg.resume else None)
+    value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
+
+    def evaluate(update: int, what: str) -> float:
+        print(f"measuring the {what} policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
+        rate = eval_rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
+        log.log({"phase": "eval", "update": update, SUCCESS_RATE: rate, ENV_STEPS: float(progress.env_steps)})
+        return rate
+
+    if progress.base_success is None and cfg.eval_games > 0:
+        progress.base_success = evaluate(-1, "base")
+
+    def next_game() -> int:
+        progress.game_cursor += 1
+        return train_game(cfg.seed, progress.game_cursor - 1)
+
+    bar = tqdm(range(progress.next_update, cfg.total_updates), initial=progress.next_update,
+               total=cfg.total_updates, desc=cfg.advantage_estimator.upper(), unit="update")
+    for update in bar:
+        tic = time.perf_counter()
+        phase = update_phase(cfg.advantage_estimator, cfg.warmup_updates, update)
+        if phase != WARMUP:  # the warm-up trains at --learning-rate, every other update at --td-learning-rate
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.td_learning_rate
+        batch = run_update(rollout, phase, update, next_game, store)
+        train_tic = time.perf_counter()
+        # extra critic steps in TD updates only: in the critic-only warm-up they broke the shared
+        # model's action format (docs/experiments/critic.md)
+        train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == TD else 1)
+        train_seconds = time.perf_counter() - train_tic
+        store.add(batch.new_states)
+        total_seconds = time.perf_counter() - tic
+        progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
+        for depth in batch.start_depths:
+            progress.start_depths[str(depth)] = progress.start_depths.get(str(depth), 0) + 1
+        metrics = {"phase": phase, "update": update, **batch.metrics, **train_metrics, "store/size": float(len(store)),
+                   ENV_STEPS: float(progress.env_steps)}
+        accounted = metrics["time/rollout"] + metrics["time/critic"] + train_seconds
+        metrics.update({
+            "time/train": train_seconds,
+            "time/other": max(0.0, total_seconds - accounted),
+            "time/update": total_seconds,
+            "throughput/train_tokens_per_s": train_metrics.get("train/tokens", 0.0) / max(train_seconds, 1e-9),
+        })
+        log.log(metrics)
+        log_value_pairs(value_log, phase, update, batch.value_pairs)
+        if phase == TD and mc_refresh_due(cfg, update):
+            refresh = mc_refresh(rollout, trainer, update, next_game)
+            progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
+            log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),
+                     ENV_STEPS: float(progress.env_steps)})
+            log_value_pairs(value_log, MC_REFRESH, update, refresh.value_pairs)
+        if cfg.episode_estimator:
+            bar.set_postfix(phase=phase, success=f"{metrics['rollout/success_rate']:.2f}")
+        else:
+            bar.set_postfix(phase=phase, err=f"{metrics['critic/abs_error_mean']:.3f}",
+                            corr=f"{metrics.get('critic/value_corr', float('nan')):.2f}")
+            warn_if_critic_collapsed(metrics.get("critic/identical_group_rate", 0.0), progress, update)
+        progress.next_update = update + 1
+        if cfg.eval_every and cfg.eval_games > 0 and progress.next_update % cfg.eval_every == 0 \
+                and progress.next_update < cfg.total_updates and not 0 < cfg.max_env_steps <= progress.env_steps:
+            evaluate(progress.next_update, "current")
+        out_of_budget = 0 < cfg.max_env_steps <= progress.env_steps
+        if progress.next_update % cfg.save_every == 0 or progress.next_update == cfg.total_updates or out_of_budget:
+            save_checkpoint(checkpoint, model, tokenizer, optimizer, store, progress)
+        if out_of_budget:
+            print(f"\n--max-env-steps {cfg.max_env_steps} reached after {progress.next_update} updates", flush=True)
+            break
+    bar.close()
+
+    if cfg.eval_games > 0:
+        evaluate(progress.next_update, "trained")
+    log.close()
+    value_log.close()
+    records = log.records
+    rows = summary_rows(records) + pooled_corr_row(value_log.records) + pooled_corr_row(value_log.records, MC_REFRESH)
+    depths = dict(sorted(progress.start_depths.items(), key=lambda kv: int(kv[0])))
+    summary = write_summary(out, rows, records, wandb_run, extra={"td/start_depth_histogram": depths})
+    print(format_table(rows))
+    if depths:
+        print("TD start states by macro-step index (0 = fresh game): "
+              + ", ".join(f"{d}: {n}" for d, n in depths.items()))
+    print(f"outputs: {out}/ (metrics.jsonl, {VALUE_PAIRS_FILE}, curves.png, summary.json, config.yaml, checkpoints/latest)")
+    return summary
+
+
+def mc_refresh(rollout: TempoRollout, trainer: PolicyTrainer, update: int, next_game: Callable[[], int]) -> UpdateBatch:
+    """The Monte-Carlo refresh after TD update ``update``: a warm-up update on fresh games (sampling
+    streams of its own), trained with one step; its metrics include the step's and its times."""
+    tic = time.perf_counter()
+    refresh = rollout.warmup_update(update + MC_REFRESH_OFFSET, [next_game() for _ in range(rollout.cfg.warmup_games_per_batch)])
+    train_tic = time.perf_counter()
+    refresh.metrics.update(train_step(trainer, refresh.samples))
+    refresh.metrics.update({"time/train": time.perf_counter() - train_tic, "time/update": time.perf_counter() - tic})
+    return refresh
+
+
+def log_value_pairs(value_log: MetricsLog, phase: str, update: int, pairs: list[tuple[float, float]]) -> None:
+    if pairs:
+        value_log.log({"phase": phase, "update": update, "estimate": [e for e, _ in pairs], "target": [t for _, t in pairs]})
+
+
+def warn_if_critic_collapsed(identical_rate: float, progress: Progress, update: int) -> None:
+    """Print a warning when the K critic samples are identical strings in most groups for
+    IDENTICAL_PATIENCE updates in a row: every critic advantage is then 0 and the critic cannot
+    learn, however wrong its value is."""
+    progress.identical_streak = progress.identical_streak + 1 if identical_rate >= IDENTICAL_WARNING else 0
+    if progress.identical_streak == IDENTICAL_PATIENCE:
+        print(f"\nwarning: update {update}: the critic's K samples have been identical in >= {IDENTICAL_WARNING:.0%} "
+              f"of the groups for {IDENTICAL_PATIENCE} updates; its critic advantages are 0 and it no longer learns "
+              "(try a lower --learning-rate, more --critic-samples, or --temperature above 1)", file=sys.stderr, flush=True)
+
+
+def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:
+    """One update's training: the joint clipped step on all ``samples``, then ``critic_epochs - 1``
+    more clipped steps on the critic samples alone (same old log-probs, so the PPO ratio clip bounds
+    how far they move). Returns the joint step's metrics."""
+    metrics = trainer.step(samples)
+    critic_only = [s for s in samples if s.role == CRITIC]
+    for _ in range(critic_epochs - 1 if critic_only else 0):
+        trainer.step(critic_only)
+    return metrics
+
+

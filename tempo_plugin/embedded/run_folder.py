@@ -1,0 +1,183 @@
+"""The embedded run folder (``--out``) and what every embedded run sets up the same way.
+
+A run folder holds config.yaml, metrics.jsonl and, for multi-turn runs, checkpoints/latest
+(weights, optimiser, state store, RNG states, ``Progress``), written so that a crash never leaves a
+half checkpoint. ``prepare_out`` checks --out and --resume before any work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import yaml
+
+from tempo_plugin.backends.local.lora import is_adapter_dir, save_model
+from tempo_plugin.backends.local.model import load_policy
+from tempo_plugin.backends.local.trainer import PolicyTrainer
+from tempo_plugin.config import ConfigError, TempoConfig, flag
+from tempo_plugin.metrics import PLOTTED_METRICS, MetricsLog, plot_curves, summary_dict
+from tempo_plugin.states.store import StateStore
+from tempo_plugin.wandb_log import WandbRun
+
+
+@dataclass
+class Progress:
+    """Everything besides weights and optimiser that a resumed run needs."""
+
+    next_update: int = 0
+    game_cursor: int = 0
+    base_success: float | None = None
+    env_steps: int = 0  # environment steps of all training rollouts so far
+    start_depths: dict[str, int] = field(default_factory=dict)  # TD start states by macro index
+    identical_streak: int = 0  # consecutive updates with a collapsed critic (IDENTICAL_WARNING)
+
+
+def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
+                    store: StateStore, progress: Progress) -> None:
+    """Write to a temporary folder, then swap it in, so a crash never leaves a half checkpoint.
+    Everything but the weights (safetensors; with LoRA the adapters only) and the optimizer (tensors) is JSON."""
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_model(model, tmp)  # safetensors
+    tokenizer.save_pretrained(tmp)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    store.save(tmp / "store.json")
+    (tmp / "rng.json").write_text(json.dumps(rng_state()))
+    (tmp / "progress.json").write_text(json.dumps(progress.__dict__))
+    # At every point one complete checkpoint exists: ``directory``, or the previous one in ``.old``
+    # (a run resumed from ``.old`` keeps it until the new one is in place); see checkpoint_to_resume.
+    old = directory.with_name(directory.name + ".old")
+    if directory.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        directory.rename(old)
+    tmp.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def checkpoint_to_resume(directory: Path) -> Path | None:
+    """``directory`` when it holds a complete checkpoint; else the previous one that
+    ``save_checkpoint`` moved to ``<name>.old`` before a crash; None when there is neither."""
+    for candidate in (directory, directory.with_name(directory.name + ".old")):
+        if (candidate / "progress.json").is_file():
+            return candidate
+    return None
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, numpy's and torch's global RNG states as JSON-ready data."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(internal), gauss], "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+            "torch": torch.get_rng_state().tolist()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+
+
+def load_checkpoint(directory: Path, optimizer: torch.optim.Optimizer) -> tuple[StateStore, Progress]:
+    """Loads data only: tensors (weights_only), JSON; nothing in the checkpoint runs as code."""
+    optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+    set_rng_state(json.loads((directory / "rng.json").read_text()))
+    progress = Progress(**json.loads((directory / "progress.json").read_text()))
+    return StateStore.load(directory / "store.json"), progress
+
+
+RESUMABLE_CHANGES = frozenset({"resume", "allow_config_change", "td_updates", "max_env_steps", "eval_every",
+                                "save_every", "device", "cache_dir", "wandb", "wandb_project"})
+"""Settings a resumed run may change without --allow-config-change: how long it runs, where and how it reports."""
+
+
+def prepare_out(cfg: TempoConfig) -> Path:
+    out = Path(cfg.out)
+    checkpoint = out / "checkpoints" / "latest"
+    if cfg.resume and checkpoint_to_resume(checkpoint) is None:
+        raise ConfigError(f"--resume: no checkpoint in {checkpoint}; check --out")
+    if not cfg.resume and (out / "metrics.jsonl").exists():
+        raise ConfigError(f"--out {out} already holds a run: pass --resume to continue it or choose another --out")
+    if cfg.resume and (out / "config.yaml").is_file() and not cfg.allow_config_change:
+        saved = yaml.safe_load((out / "config.yaml").read_text()) or {}
+        changed = sorted(k for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES and saved.get(k, v) != v)
+        if changed:
+            raise ConfigError(f"--resume: the settings differ from {out}/config.yaml in {', '.join(flag(k) for k in changed)}; "
+                              "resume with the same settings, or pass --allow-config-change")
+    resume_from = checkpoint_to_resume(checkpoint) if cfg.resume else None
+    if resume_from is not None and is_adapter_dir(resume_from) != bool(cfg.lora_rank):
+        held = "LoRA adapters" if is_adapter_dir(resume_from) else "full weights"
+        raise ConfigError(f"--resume: {resume_from} holds {held}; resume with the run's --lora-rank")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return out
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, numpy's and torch's global RNGs from the run's --seed."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_policy_with_progress(cfg: TempoConfig, device: torch.device) -> tuple[Any, Any]:
+    """``load_policy`` with a progress bar over the tiny model's bootstrap or a warm start (both cached)."""
+    from tqdm import tqdm
+
+    bar = None
+    if not cfg.model:
+        bar = tqdm(total=cfg.bootstrap_steps, desc="bootstrap (tiny model, cached)", unit="step", leave=False)
+    elif cfg.warm_start_steps:
+        bar = tqdm(total=cfg.warm_start_steps, desc=f"warm start ({cfg.model}, cached)", unit="step", leave=False)
+    progress: Callable[[int, float], Any] | None = (
+        (lambda s, l: (bar.update(1), bar.set_postfix(loss=f"{l:.3f}"))) if bar else None
+    )
+    model, tokenizer = load_policy(cfg, device, progress=progress)
+    if bar:
+        bar.close()
+    return model, tokenizer
+
+
+def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: float) -> PolicyTrainer:
+    """The policy's AdamW and its clipped policy-gradient step. With --freeze-embeddings (full
+    weights only: LoRA freezes the whole base) the embeddings stay fixed: Adam turns the tiny,
+    consistent push-down gradients that every unused vocabulary row gets from the softmax into full
+    learning-rate steps; with one model in two roles this drifts the actor's tokens during
+    critic-only updates. The transformer blocks still train."""
+    if cfg.freeze_embeddings and not cfg.lora_rank:
+        for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+            module.weight.requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    return PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
+                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss)
+
+
+def metrics_logs(cfg: TempoConfig, out: Path, keep_updates_below: int | None = None) -> tuple[MetricsLog, WandbRun | None]:
+    """metrics.jsonl (mirrored to Weights & Biases with --wandb); on resume the records of updates
+    from ``keep_updates_below`` on are dropped (they are replayed)."""
+    wandb_run = WandbRun(out, cfg.to_dict(), cfg.wandb_project) if cfg.wandb else None
+    log = MetricsLog(out / "metrics.jsonl", keep_updates_below=keep_updates_below,
+                     mirror=wandb_run.log if wandb_run else None)
+    return log, wandb_run
+
+
+def write_summary(out: Path, rows: list, records: list[dict[str, Any]], wandb_run: WandbRun | None,
+                  plotted: tuple[str, ...] = PLOTTED_METRICS, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """curves.png and summary.json (the table's rows, then ``extra``) from the run's records; closes
+    the Weights & Biases run. Returns the summary."""
+    plot_curves(records, out / "curves.png", plotted)
+    if wandb_run:
+        wandb_run.finish(out / "curves.png")
+    summary = {**summary_dict(rows), **(extra or {})}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

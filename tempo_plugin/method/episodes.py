@@ -1,0 +1,132 @@
+"""Complete-episode updates without a critic: multi-turn GRPO (the baseline) and Temporal GRPO.
+
+Episode update (multi-turn GRPO): N complete episodes of each game through the same engine as
+TEMPO; every action of an episode gets the group-relative advantage of its return (less
+``--invalid-action-penalty`` per action the environment did not accept, as in TEMPO's actor).
+
+Stage update (Temporal GRPO): the same episodes, each round advantaged against the group on the
+stage of the environment's milestones it worked on (``algorithms.temporal_grpo``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from tempo_plugin.algorithms.grpo import grpo_advantages
+from tempo_plugin.algorithms.stats import mean
+from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON
+from tempo_plugin.method.play import Play, UpdateBatch, rollout_metrics
+from tempo_plugin.rollout.engine import ENV_ERROR, Branch
+from tempo_plugin.rollout.games import sampling_seed
+from tempo_plugin.rollout.samples import ACTOR, TrainSample, make_sample
+
+
+class EpisodeUpdates(Play):
+    def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
+        """N = --branches complete episodes of each game; A_i = (R'_i - mean) / (std + eps) over the
+        game's episodes (``algorithms.grpo``), R'_i = R_i - c u_i the episode return less the
+        invalid-action penalty, on every action of episode i."""
+        cfg = self.cfg
+        tic = time.perf_counter()
+        branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches)
+        rollout_seconds = time.perf_counter() - tic
+        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}  # a raising environment drops its game's group
+        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
+        branches = [b for b in branches if b.group not in broken]
+        returns = [b.segment_reward for b in branches]
+        advantages = grpo_advantages([shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches], cfg.branches)
+        samples = [
+            make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
+            for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
+        ]
+        groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games) - len(broken))]
+        metrics = {
+            **episode_metrics(branches, env_errors),
+            "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
+            "train/actor_samples": float(len(samples)),
+            "train/critic_samples": 0.0,
+            "time/rollout": rollout_seconds,
+            "time/critic": 0.0,
+        }
+        return UpdateBatch(samples=samples, metrics=metrics)
+
+    def stage_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
+        """Temporal GRPO (``algorithms.temporal_grpo``): N = --branches complete episodes of each game;
+        the environment's milestones (``stages_completed`` after every round) give each episode i
+        its stage outcomes R_ik and participation V_ik; A_ik = (R_ik - mu_k) / (sigma_k + eps) over
+        the game's participants of stage k; each round gets the advantage of the stage it worked on,
+        less c for a round whose action the environment did not accept (as in GRPO's R'_i)."""
+        from tempo_plugin.algorithms.temporal_grpo import (  # torch: imported on use (see prefix_weights)
+            participation_from_outcomes,
+            round_advantages,
+            stage_advantages,
+            stage_of_rounds,
+        )
+
+        cfg = self.cfg
+        tic = time.perf_counter()
+        branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches,
+                                      stages=True)
+        rollout_seconds = time.perf_counter() - tic
+        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}
+        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
+        branches = [b for b in branches if b.group not in broken]
+        samples: list[TrainSample] = []
+        degenerate: list[float] = []
+        entered: list[float] = []
+        for g in sorted({b.group for b in branches}):
+            group = [b for b in branches if b.group == g]
+            count = group[0].stage_count
+            completions = [episode_stage_completions(b, count) for b in group]
+            outcomes = [[int(c is not None) for c in row] for row in completions]
+            participation = participation_from_outcomes(outcomes)
+            table = stage_advantages(outcomes, participation)
+            degenerate.append(float(bool((table.abs() <= ADVANTAGE_EPSILON).all())))
+            entered.append(float(participation.sum()) / len(group))
+            for branch, row, adv_row in zip(group, completions, table):
+                per_round = round_advantages(stage_of_rounds(row, len(branch.rounds)), adv_row)
+                per_round = [a - cfg.invalid_action_penalty * (not r.admissible) for a, r in zip(per_round, branch.rounds)]
+                if any(abs(a) > ADVANTAGE_EPSILON for a in per_round):
+                    samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, per_round, ACTOR,
+                                               branch.group, branch.segment_reward))
+        metrics = {
+            **episode_metrics(branches, env_errors),
+            "actor/degenerate_group_rate": mean(degenerate),
+            "stages/entered_mean": mean(entered),
+            "stages/completed_mean": mean([float(b.rounds[-1].stages_completed or 0) for b in branches if b.rounds]),
+            "train/actor_samples": float(len(samples)),
+            "train/critic_samples": 0.0,
+            "time/rollout": rollout_seconds,
+            "time/critic": 0.0,
+        }
+        return UpdateBatch(samples=samples, metrics=metrics)
+
+def shaped_episode_return(branch: Branch, penalty: float) -> float:
+    """R'_i = R_i - c u_i: an episode's return less the invalid-action penalty, what multi-turn GRPO
+    centres on both runtimes."""
+    return branch.segment_reward - penalty * branch.unaccepted_actions
+
+
+def episode_stage_completions(branch: Branch, stage_count: int) -> list[int | None]:
+    """For each of the ``stage_count`` milestones, the round whose action first reached it (None if
+    never): milestones are cumulative, so stage k is reached when ``stages_completed`` > k."""
+    completions: list[int | None] = [None] * stage_count
+    for r, record in enumerate(branch.rounds):
+        reached = record.stages_completed or 0
+        for k in range(reached):
+            if completions[k] is None:
+                completions[k] = r
+    return completions
+
+
+def episode_metrics(branches: Sequence[Branch], env_errors: int) -> dict[str, float]:
+    """What an update of complete episodes (multi-turn GRPO, Temporal GRPO) reports about its rollouts."""
+    return {
+        "rollout/success_rate": mean([float(b.won) for b in branches]),
+        "rollout/env_errors": float(env_errors),
+        "rollout/steps_mean": mean([float(len(b.rounds)) for b in branches]),
+        **rollout_metrics([r for b in branches for r in b.rounds]),
+    }
+
+
