@@ -103,6 +103,11 @@ def test_payload_and_completions(fake_openai, tokenizer):
     assert sorted(p["max_tokens"] for p in payloads) == [4, 9, 9]
     assert len({p["seed"] for p in payloads}) == 3  # copies of one prompt are different samples
     server.payloads.clear()
+    # request i of a call with seed s: (s x 1000003 + i) mod (2^31 - 1), as every seeded sampler;
+    # with s = 2^31 (= 1 mod 2^31 - 1) that is 1000003 + i (mod 2^31 it would be i)
+    sampler.generate([Request([1], 2), Request([1], 2)], SamplingParams(0.7), seed=2**31)
+    assert sorted(p["seed"] for p in server.payloads) == [1_000_003, 1_000_004]
+    server.payloads.clear()
     sampler.generate([Request([1], 2)], SamplingParams(0.7), seed=0)
     assert server.payloads[0]["temperature"] == 0.7 and "stop_token_ids" not in server.payloads[0]
     assert sampler.list_models() == ["fake-model"]

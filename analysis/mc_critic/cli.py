@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs import HELD_OUT_SPLITS
 from tempo_plugin.runs import OneLineParser, UsageError
+from tempo_plugin.rollout.games import sub_seed
 
 from analysis.mc_critic.ground_truth import DEFAULT_BATCH_TOKENS
 
@@ -295,7 +296,7 @@ def run(args: argparse.Namespace) -> dict:
             step = critic.batch_size(args.rows)
             for start in range(0, len(pending), step):
                 chunk = pending[start:start + step]
-                for state, result in zip(chunk, critic.evaluate(chunk, seed=args.seed * 1_000_003 + start)):
+                for state, result in zip(chunk, critic.evaluate(chunk, seed=sub_seed(args.seed, start))):
                     cache.put(f"critic:{critic.name}", critic_keys[critic.name], state.id, result)
                 bar.update(len(chunk) * weight[critic.name])
                 bar.set_postfix(stage=critic.name)

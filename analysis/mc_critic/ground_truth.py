@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from tempo_plugin.rollout.engine import Branch, RolloutLimits, run_branches
+from tempo_plugin.rollout.games import request_seed
 from tempo_plugin.rollout.sampler import Request
 from tempo_plugin.states.restore import RestoreError, restore_env
 
@@ -28,7 +29,7 @@ DEFAULT_BATCH_TOKENS = 65536
 
 
 def _seed(seed: int, state: State) -> int:
-    return (seed * 1_000_003 + int(state.id[1:9], 16)) % (2**31)
+    return request_seed(seed, int(state.id[1:9], 16))
 
 
 def agent_mc(rollout: Any, states: Sequence[State], samples: int, seed: int, rows: int,

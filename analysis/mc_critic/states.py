@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from tempo_plugin.envs.base import Env
 from tempo_plugin.rollout.engine import Branch, RoundRecord
+from tempo_plugin.rollout.games import sub_seed
 from tempo_plugin.rollout.protocol import INVALID_ACTION, ChatProtocol, format_action, parse_action
 from tempo_plugin.states.restore import restore_env
 from tempo_plugin.states.state import MacroState
@@ -76,7 +77,7 @@ def agent_states(rollout: Any, games: Sequence[int], every_rounds: int, seed: in
     states: list[State] = []
     for start in range(0, len(games), rows):
         chunk = list(games[start:start + rows])
-        for game, branch in zip(chunk, rollout.play_episodes(chunk, seed=seed * 1_000_003 + start)):
+        for game, branch in zip(chunk, rollout.play_episodes(chunk, seed=sub_seed(seed, start))):
             cuts = [0] + list(range(every_rounds, len(branch.rounds), every_rounds))
             for order, k in enumerate(cuts):
                 macro = branch.start if k == 0 else branch.state_after(k, k // horizon, 0)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tempo_plugin.backends.slime.http_sampler import request_json
+from tempo_plugin.rollout.games import request_seed
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 
@@ -102,8 +103,7 @@ class OpenAISampler:
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         def one(indexed: tuple[int, Request]) -> Completion:
             index, request = indexed
-            request_seed = (seed * 1_000_003 + index) % (2**31)
-            return self.completion(self._post(self.payload(request, params, request_seed)))
+            return self.completion(self._post(self.payload(request, params, request_seed(seed, index))))
 
         if not requests:
             return []

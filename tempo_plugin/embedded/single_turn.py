@@ -48,7 +48,7 @@ from tempo_plugin.embedded.run_folder import (
 )
 from tempo_plugin.method.estimators import ESTIMATORS, VALUE_MODEL
 from tempo_plugin.metrics import format_table, summary_rows
-from tempo_plugin.rollout.games import sampling_seed
+from tempo_plugin.rollout.games import sampling_seed, sub_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
@@ -231,7 +231,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     for update in (bar := tqdm(range(total), desc=name, unit="update")):
         tic = time.perf_counter()
         phase = "warmup" if update < warmup else "train"
-        problems = task.generate(cfg.seed * 1_000_003 + update, cfg.states_per_batch)
+        problems = task.generate(sub_seed(cfg.seed, update), cfg.states_per_batch)
         responses = sample_responses(sampler, protocol, task, problems, cfg.branches, params,
                                      cfg.max_assistant_tokens, seed=sampling_seed(cfg.seed, update))
         rollout_seconds = time.perf_counter() - tic

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from tempo_plugin.envs.base import Env
+from tempo_plugin.rollout.games import sub_seed
 from tempo_plugin.rollout.protocol import INVALID_ACTION, ChatProtocol, parse_action
 from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
 from tempo_plugin.states.state import MacroState
@@ -190,7 +191,7 @@ def run_branches(
             requests.append(Request(prompt_ids=branch.tokens, max_new_tokens=budget))
         if not live:
             return env_seconds
-        completions = sampler.generate(requests, params, seed=seed * 1_000_003 + round_no)
+        completions = sampler.generate(requests, params, seed=sub_seed(seed, round_no))
         for branch, completion in zip(live, completions):
             action = parse_action(completion.text)
             tic = time.perf_counter()

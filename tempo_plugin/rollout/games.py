@@ -34,11 +34,17 @@ MC_REFRESH_OFFSET = 10_000
 """A Monte-Carlo refresh after TD update u samples as update u + this would: streams of its own."""
 
 
+SEED_STRIDE = 1_000_003  # a prime: sub-seeds of different seeds do not collide for indices below it
 REQUEST_SEED_MODULUS = 2**31 - 1  # per-request seeds stay in a 32-bit signed int, whatever the server does with them
+
+
+def sub_seed(seed: int, index: int) -> int:
+    """The ``index``-th seed derived from ``seed`` (a round of a rollout, a chunk of states, ...)."""
+    return seed * SEED_STRIDE + index
 
 
 def request_seed(call_seed: int, index: int) -> int:
     """The seed of the ``index``-th request of a sampler call whose seed is ``call_seed``, for servers
     that seed each request (SGLang's ``sampling_params.sampling_seed``): the N branches of one start
     state send the same prompt, so each needs its own seed or they would sample the same tokens."""
-    return (call_seed * 1_000_003 + index) % REQUEST_SEED_MODULUS
+    return sub_seed(call_seed, index) % REQUEST_SEED_MODULUS
