@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from tempo_plugin.envs.base import (
+    EpisodeProgress,
     StepResult,
     canonical_action,
     plan_stage_count,
@@ -341,7 +342,7 @@ def make_fixture_games(
 # ---------------------------------------------------------------------- the environment
 
 
-class ALFWorldEnv:
+class ALFWorldEnv(EpisodeProgress):
     """ALFWorld (TextWorld mode); implements :class:`tempo_plugin.envs.base.Env` without snapshots.
 
     Args:
@@ -415,27 +416,6 @@ class ALFWorldEnv:
         """The goal sentence, e.g. "put a clean apple in fridge"."""
         self._require_game()
         return self._task
-
-    @property
-    def observation(self) -> str:
-        """The last observation returned by ``reset`` or ``step``."""
-        self._require_game()
-        return self._observation
-
-    @property
-    def steps(self) -> int:
-        self._require_game()
-        return self._steps
-
-    @property
-    def done(self) -> bool:
-        self._require_game()
-        return self._done
-
-    @property
-    def won(self) -> bool:
-        self._require_game()
-        return self._won
 
     @property
     def walkthrough(self) -> Optional[list[str]]:

@@ -60,6 +60,44 @@ class Env(Protocol):
     def restore(self, snapshot: Any) -> None: ...
 
 
+class EpisodeProgress:
+    """The episode accessors the game environments share. Each reads what ``reset`` and ``step``
+    set (``_observation``, ``_steps``, ``_done``, ``_won``) after ``_require_game()``, which raises
+    before the first reset."""
+
+    _observation: str
+    _steps: int
+    _done: bool
+    _won: bool
+
+    def _require_game(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def observation(self) -> str:
+        """The last observation returned by ``reset`` or ``step``."""
+        self._require_game()
+        return self._observation
+
+    @property
+    def steps(self) -> int:
+        """Number of ``step`` calls since the last reset (admissible or not)."""
+        self._require_game()
+        return self._steps
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode has ended."""
+        self._require_game()
+        return self._done
+
+    @property
+    def won(self) -> bool:
+        """Whether the episode was won."""
+        self._require_game()
+        return self._won
+
+
 MILESTONES_HINT = "add stage_count and stages_completed to its class, see tempo_plugin/envs/base.py"
 """What to do about an environment without milestones (the end of every such error)."""
 

@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
+from tempo_plugin.envs.base import EpisodeProgress, StepResult, canonical_action, with_action_list
 from tempo_plugin.envs.vault import MIN_KEYS, NORTH, OPEN_VAULT, SOUTH, TAKE_PREFIX, WAIT
 
 SIGNS: dict[str, str] = {"sun": "gold", "moon": "silver", "star": "white", "tree": "green"}
@@ -85,7 +85,7 @@ class ChainSnapshot:
     observation: str
 
 
-class VaultChainEnv:
+class VaultChainEnv(EpisodeProgress):
     """A chain of vaults; implements :class:`tempo_plugin.envs.base.Env` with snapshot support."""
 
     supports_snapshot: bool = True
@@ -124,6 +124,9 @@ class VaultChainEnv:
             raise RuntimeError("VaultChainEnv has no game yet; call reset(seed) first")
         return self._game
 
+    def _require_game(self) -> ChainGame:
+        return self.game
+
     @property
     def vault(self) -> Vault:
         return self.game.vaults[self._stage]
@@ -149,29 +152,9 @@ class VaultChainEnv:
         return self._held
 
     @property
-    def done(self) -> bool:
-        self.game
-        return self._done
-
-    @property
-    def won(self) -> bool:
-        self.game
-        return self._won
-
-    @property
-    def steps(self) -> int:
-        self.game
-        return self._steps
-
-    @property
     def task(self) -> str:
         return (f"Pass {len(self.game.vaults)} vaults. In each key room take the key its sign calls for, "
                 "walk north and open the vault.")
-
-    @property
-    def observation(self) -> str:
-        self.game
-        return self._observation
 
     # ------------------------------------------------------------------ texts
 

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tempo_plugin.envs.base import (
+    EpisodeProgress,
     StepResult,
     canonical_action,
     plan_stage_count,
@@ -370,7 +371,7 @@ class TextWorldSnapshot:
     observation: str
 
 
-class TextWorldEnv:
+class TextWorldEnv(EpisodeProgress):
     """A TextWorld game; implements :class:`tempo_plugin.envs.base.Env` with O(1) snapshots.
 
     Args:
@@ -452,11 +453,6 @@ class TextWorldEnv:
         return self._require_game().objective
 
     @property
-    def observation(self) -> str:
-        self._require_game()
-        return self._observation
-
-    @property
     def seed(self) -> int:
         self._require_game()
         return self._seed
@@ -464,21 +460,6 @@ class TextWorldEnv:
     @property
     def game_file(self) -> Path:
         return self._require_game().path
-
-    @property
-    def steps(self) -> int:
-        self._require_game()
-        return self._steps
-
-    @property
-    def done(self) -> bool:
-        self._require_game()
-        return self._done
-
-    @property
-    def won(self) -> bool:
-        self._require_game()
-        return self._won
 
     @property
     def score(self) -> int:

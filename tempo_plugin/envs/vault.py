@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from tempo_plugin.envs.base import StepResult, canonical_action, with_action_list
+from tempo_plugin.envs.base import EpisodeProgress, StepResult, canonical_action, with_action_list
 
 PALETTE: tuple[str, ...] = ("red", "blue", "green", "gold", "black", "white", "silver", "amber")
 """Key colours a game draws its keys from."""
@@ -95,7 +95,7 @@ def _check_int(name: str, value: object) -> int:
     return value
 
 
-class VaultEnv:
+class VaultEnv(EpisodeProgress):
     """The vault game; implements :class:`tempo_plugin.envs.base.Env` with snapshot support.
 
     Args:
@@ -163,12 +163,6 @@ class VaultEnv:
         return f"Take a key, walk north through {game.length} halls and open the vault."
 
     @property
-    def observation(self) -> str:
-        """The last observation returned by ``reset`` or ``step``."""
-        self._require_game()
-        return self._observation
-
-    @property
     def minimal_steps(self) -> int:
         """Rounds an optimal agent needs from reset: take, ``L - 1`` times north, open."""
         return self._require_game().length + 1
@@ -184,24 +178,6 @@ class VaultEnv:
         """The colour of the key held, or None in the key room."""
         self._require_game()
         return self._held
-
-    @property
-    def steps(self) -> int:
-        """Number of ``step`` calls since the last reset (admissible or not)."""
-        self._require_game()
-        return self._steps
-
-    @property
-    def done(self) -> bool:
-        """Whether the episode has ended (the vault was opened or sealed)."""
-        self._require_game()
-        return self._done
-
-    @property
-    def won(self) -> bool:
-        """Whether the vault was opened."""
-        self._require_game()
-        return self._won
 
     # ------------------------------------------------------------------ texts
 
