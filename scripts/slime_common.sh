@@ -1,8 +1,9 @@
 # shellcheck shell=bash
-# Shared launcher for the slime recipes in scripts/<model>/<algorithm>.sh; sourced, never run.
+# Shared functions of the slime recipes in scripts/<model>/<algorithm>.sh; sourced, never run.
 #
-# A recipe calls slime_init (arguments and environment checks), fills its argument arrays, then
-# calls slime_launch, which starts a Ray head on this machine and submits slime's train.py to it.
+# A recipe sources scripts/launch.sh, which runs the algorithm's scripts/methods/<algorithm>.sh: it
+# calls slime_recipe (arguments and environment checks) and fills its argument arrays. Then
+# slime_launch starts a Ray head on this machine and submits slime's train.py to it.
 #
 # Usage:  bash scripts/<model>/<recipe>.sh [--dry-run] [extra slime flags...]
 #   --dry-run (or DRY_RUN=1)  print the ray commands, one per line and shell-quoted, and stop;
@@ -22,7 +23,7 @@
 #   NUM_GPUS      GPUs per node (8)
 #   NUM_NODES     nodes for training and rollout (1)
 #   MASTER_ADDR   address of the Ray head, i.e. this machine (127.0.0.1)
-#   TEMPO_CONFIG  TEMPO settings YAML (tempo.yaml next to the recipe)
+#   TEMPO_CONFIG  TEMPO settings YAML (tempo.yaml next to the recipe, else scripts/methods/tempo.yaml)
 #   WANDB_KEY     when set, log to Weights & Biases project "tempo", group = recipe name
 #   RAY_DASHBOARD_HOST  address the Ray dashboard (and its job-submission API) binds to (127.0.0.1);
 #                 anything else exposes unauthenticated job submission to that network
@@ -30,6 +31,7 @@
 #   PROMPT_DATA   JSONL training prompts, one {"prompt": [chat messages], "label": ...} per line;
 #                 required, must exist (the recipe's error says how to make it)
 #   EVAL_DATA     JSONL held-out prompts in the same format; when set, evaluated every 20 rollouts
+#   TASK          math (default) or countdown: the task, where the recipe does not set one
 #
 # Multi-node (NUM_NODES > 1): run the recipe on the head node with MASTER_ADDR set to the head's
 # reachable address. Every other node joins the Ray cluster with
@@ -64,6 +66,16 @@ slime_abspath() {
   esac
 }
 
+# slime_recipe_file RECIPE_DIR NAME: RECIPE_DIR/NAME when the model folder has its own NAME, else
+# the shared scripts/methods/NAME (tempo.yaml, ppo_megatron.yaml).
+slime_recipe_file() {
+  if [ -f "$1/$2" ]; then
+    printf '%s\n' "$1/$2"
+  else
+    printf '%s\n' "$TEMPO_ROOT/scripts/methods/$2"
+  fi
+}
+
 # slime_checkout_commit DIR: the commit checked out in DIR; fails (prints nothing) when DIR is not
 # the top of a git checkout or git cannot tell.
 slime_checkout_commit() {
@@ -96,7 +108,7 @@ slime_init() {
   NUM_GPUS=${NUM_GPUS:-8}
   NUM_NODES=${NUM_NODES:-1}
   MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-  TEMPO_CONFIG=${TEMPO_CONFIG:-$recipe_dir/tempo.yaml}
+  TEMPO_CONFIG=${TEMPO_CONFIG:-$(slime_recipe_file "$recipe_dir" tempo.yaml)}
 
   local errors=()
   local hf_what="the Hugging Face model directory (config.json, tokenizer, weights)"
@@ -321,7 +333,7 @@ slime_ppo_args() {
   )
 }
 
-# slime_recipe RECIPE_DIR ALGORITHM [ARGS...]: the start every recipe shares. Checks the command
+# slime_recipe RECIPE_DIR ALGORITHM [ARGS...]: the start every method file shares. Checks the command
 # line and environment (slime_init), then loads the model's MODEL_ARGS (scripts/models/<dir>.sh),
 # the folder's PERF_ARGS and SGLANG_ARGS (parallel.sh), the shared arrays (slime_shared_args) and
 # WANDB_ARGS. RECIPE_NAME becomes <model folder>-<ALGORITHM>.

@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -74,7 +75,7 @@ PROMPT_SIZES = {
 RECIPE_ENV = [
     "HF_CKPT", "REF_CKPT", "SAVE_DIR", "SLIME_DIR", "MEGATRON_DIR", "NUM_GPUS", "NUM_NODES",
     "MASTER_ADDR", "TEMPO_CONFIG", "WANDB_KEY", "DRY_RUN", "PROMPT_DATA", "EVAL_DATA", "TEMPO_ALLOW_SLIME_COMMIT",
-    "TEMPO_LAUNCH_ID",
+    "TEMPO_LAUNCH_ID", "TASK",
 ]
 # The slime commit the recipes are pinned to (SLIME_PINNED_COMMIT in scripts/slime_common.sh).
 SLIME_PIN = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
@@ -311,7 +312,7 @@ def test_dry_run_train_arguments(recipe, stubs, setup):
     assert value(args, "--data-source-path") == "tempo_plugin.backends.slime.data_source.TempoDataSource"
     config = Path(value(args, "--custom-config-path"))
     assert config.is_absolute() and config.is_file()
-    assert config == SCRIPTS / recipe.split("/")[0] / "tempo.yaml"
+    assert config == SCRIPTS / "methods" / "tempo.yaml"  # the shared one: the model folder has none
     for flag, hooks in (("--custom-reward-post-process-path", REWARD_POST_PROCESS),
                         ("--custom-advantage-function-path", ADVANTAGE_FUNCTION)):
         if algorithm in hooks:
@@ -412,7 +413,8 @@ def test_wandb_only_with_a_key_which_is_not_printed(stubs, setup):
 
 def test_relative_paths_become_absolute(stubs, setup, tmp_path):
     relative = {k: os.path.relpath(v, tmp_path) for k, v in setup.items()}
-    config = SCRIPTS / "qwen3-8B" / "tempo.yaml"
+    config = tmp_path / "my tempo.yaml"  # not the default, so the recipe must take TEMPO_CONFIG
+    shutil.copy(SCRIPTS / "methods" / "tempo.yaml", config)
     relative["TEMPO_CONFIG"] = os.path.relpath(config, tmp_path)
     result = run("qwen3-4B/tempo.sh", stubs, "--dry-run", cwd=tmp_path, **relative)
     assert result.returncode == 0, result.stderr
@@ -583,7 +585,7 @@ TEMPO_KEYS = {
 def test_tempo_yaml_holds_only_tempo_settings_and_fits_the_batch_sizes(model, stubs, setup):
     import yaml
 
-    settings = yaml.safe_load((SCRIPTS / model / "tempo.yaml").read_text())
+    settings = yaml.safe_load((SCRIPTS / "methods" / "tempo.yaml").read_text())
     assert set(settings) == TEMPO_KEYS
     assert settings["env"] == "vaults" and settings["critic_samples"] == 8
 
@@ -743,6 +745,8 @@ def test_prompt_recipe_dry_run_train_arguments(recipe, stubs, setup):
     config_path = value(args, "--megatron-config-path")
     assert config_path == str(Path(setup["SAVE_DIR"]) / "ppo_megatron.yaml")
     assert not Path(setup["SAVE_DIR"]).exists()
+    template = SCRIPTS / "methods" / "ppo_megatron.yaml"  # the shared one: the model folder has none
+    assert f"#   # Generated from {template} at launch; edit that file, not this one." in result.stdout.splitlines()
     critic = critic_overrides(printed_megatron_config(result.stdout, config_path))
     assert critic["gamma"] == 1.0 and critic["lambd"] == 1.0
     assert isinstance(critic["lr"], float) and critic["lr"] == 1e-5
@@ -821,21 +825,47 @@ def test_launch_writes_the_megatron_config_under_save_dir(recipe, stubs, setup, 
     assert critic["finetune"] is False and critic["no_load_optim"] is False and critic["no_load_rng"] is False
 
 
-@pytest.mark.parametrize("model", sorted({r["model"] for r in PROMPT_RECIPES.values()}))
-def test_megatron_config_template_parses_and_holds_the_placeholders(model):
+def test_megatron_config_template_parses_and_holds_the_placeholders():
     import yaml
 
-    text = (SCRIPTS / model / "ppo_megatron.yaml").read_text()
+    text = (SCRIPTS / "methods" / "ppo_megatron.yaml").read_text()
     critic = critic_overrides(yaml.safe_load(text))
     assert critic["save"] == "@CRITIC_SAVE@" and critic["load"] == "@CRITIC_LOAD@"
     assert critic["finetune"] == critic["no_load_optim"] == critic["no_load_rng"] == "@CRITIC_FRESH@"
+
+
+def test_a_model_folders_own_yaml_replaces_the_shared_one(stubs, setup, tmp_path):
+    """scripts/methods/{tempo,ppo_megatron}.yaml serve every model folder that has no copy of its own."""
+    scripts = tmp_path / "repo" / "scripts"
+    shutil.copytree(SCRIPTS, scripts)
+    own_tempo = scripts / "qwen3-4B" / "tempo.yaml"
+    shutil.copy(scripts / "methods" / "tempo.yaml", own_tempo)
+    own_megatron = scripts / "qwen2.5-math-1.5B" / "ppo_megatron.yaml"
+    shutil.copy(scripts / "methods" / "ppo_megatron.yaml", own_megatron)
+
+    for recipe, config in (("qwen3-4B/tempo.sh", own_tempo), ("qwen3-8B/tempo.sh", scripts / "methods" / "tempo.yaml")):
+        result = run(scripts / recipe, stubs, "--dry-run", **setup)
+        assert result.returncode == 0, result.stderr
+        assert value(train_args(result.stdout, setup["SLIME_DIR"]), "--custom-config-path") == str(config)
+
+    result = run(scripts / "qwen2.5-math-1.5B/tppo.sh", stubs, "--dry-run", **setup)
+    assert result.returncode == 0, result.stderr
+    assert f"#   # Generated from {own_megatron} at launch; edit that file, not this one." in result.stdout.splitlines()
+
+
+def test_an_unknown_task_is_reported(stubs, setup):
+    result = run("qwen3-4B/ppo.sh", stubs, "--dry-run", TASK="chess", **setup)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["error: TASK=chess is not a task of the single-turn recipes: set it to math or countdown"]
+    assert stub_calls(stubs) == []
 
 
 # ---------------------------------------------------------------- the scripts themselves
 
 
 ALL_SCRIPTS = sorted(
-    [SCRIPTS / "slime_common.sh", *(SCRIPTS / "models").glob("qwen*.sh"), *SCRIPTS.glob("qwen*/parallel.sh"),
+    [SCRIPTS / "slime_common.sh", SCRIPTS / "launch.sh", *(SCRIPTS / "methods").glob("*.sh"),
+     *(SCRIPTS / "models").glob("qwen*.sh"), *SCRIPTS.glob("qwen*/parallel.sh"),
      *(SCRIPTS / r for r in RECIPES), *(SCRIPTS / r for r in PROMPT_RECIPES)]
 )
 

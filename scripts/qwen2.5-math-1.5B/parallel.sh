@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # the arrays are read by slime_launch
 # How Qwen2.5-Math-1.5B is spread over one 8-GPU node: Megatron parallelism and SGLang engine size.
-# Sourced by scripts/qwen2.5-math-1.5B/tppo.sh.
+# Sourced for every recipe in this folder (slime_recipe in scripts/slime_common.sh).
 
 PERF_ARGS=(
   # The model and its critic copy fit on one GPU each, so no tensor parallelism: 8 data-parallel

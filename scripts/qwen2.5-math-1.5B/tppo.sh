@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck source-path=SCRIPTDIR disable=SC2034  # the *_ARGS arrays are read by slime_launch
 # TPPO (tracking-value PPO) on Qwen2.5-Math-1.5B with slime, on Countdown prompts: slime's PPO with a
 # critic whose value is sigmoid(cumulative sum of its per-token head outputs), trained with BCE
 # against the final reward. One node of 8 GPUs by default; Megatron training (actor and critic) and
@@ -9,28 +8,13 @@
 #   PROMPT_DATA=data/countdown/train.jsonl [EVAL_DATA=data/countdown/test.jsonl] \
 #     bash scripts/qwen2.5-math-1.5B/tppo.sh [--dry-run] [extra slime flags, e.g. --num-rollout 10]
 #
-# All environment variables (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node
-# steps are described at the top of scripts/slime_common.sh.
-set -euo pipefail
-RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../slime_common.sh
-source "$RECIPE_DIR/../slime_common.sh"
-SLIME_PROMPT_DATA_HINT="python -m tempo_plugin.tasks.countdown --out data/countdown/train.jsonl --count 20000 --seed 0"
-slime_recipe "$RECIPE_DIR" tppo "$@"   # model, parallel and shared arrays; exits 2 on a missing setting
-slime_megatron_config "$RECIPE_DIR/ppo_megatron.yaml"   # MEGATRON_CONFIG: critic lr, gamma, lambd, checkpoints
-
-# The TPPO hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
-PLUGIN_ARGS=(
-  --custom-rm-path tempo_plugin.backends.slime.rewards.countdown_reward   # 1 for an equation that reaches the target, else 0
-  # Runs on every training rank of actor and critic before the models are built: replaces the
-  # critic's value loss (clipped MSE) by BCE between sigmoid(cumsum of head outputs) and the return.
-  --custom-megatron-init-path tempo_plugin.backends.slime.tppo.init
-  # Actor only (slime clears it for the critic): values = sigmoid(cumsum of the critic's head
-  # outputs), then GAE with the actor's --gamma/--lambd (slime_ppo_args).
-  --custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages
-)
-
-slime_ppo_args countdown 1024   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS; Countdown answers are short (context 4096)
-# No --normalize-advantages: whitening would rescale the tracked-value advantages.
-
-slime_launch "$RECIPE_NAME"
+# The method's flags: scripts/methods/tppo.sh; its task (countdown, set below):
+# scripts/methods/task.sh; the critic's config: scripts/methods/ppo_megatron.yaml (a
+# ppo_megatron.yaml in this folder would replace it). The model's flags:
+# scripts/models/qwen2.5-math-1.5B.sh and parallel.sh here. All environment variables (SLIME_DIR,
+# NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node steps are described at the top of
+# scripts/slime_common.sh. scripts/launch.sh runs the recipe.
+# shellcheck disable=SC2034  # read by scripts/methods/task.sh
+TASK=countdown   # the single-turn task (scripts/methods/task.sh); ppo and tppo default to math
+# shellcheck source-path=SCRIPTDIR source=../launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../launch.sh" tppo "$@"

@@ -1,39 +1,14 @@
 #!/usr/bin/env bash
-# shellcheck source-path=SCRIPTDIR disable=SC2034  # the *_ARGS arrays are read by slime_launch
 # TEMPO on Qwen3-4B with slime: one node of 8 GPUs by default, Megatron training and SGLang
 # rollout taking turns on the same GPUs (--colocate).
 #
 #   HF_CKPT=/root/Qwen3-4B REF_CKPT=/root/Qwen3-4B_torch_dist SAVE_DIR=/root/tempo-qwen3-4B \
 #     bash scripts/qwen3-4B/tempo.sh [--dry-run] [extra slime flags, e.g. --num-rollout 10]
 #
-# All environment variables (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node
-# steps are described at the top of scripts/slime_common.sh.
-set -euo pipefail
-RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../slime_common.sh
-source "$RECIPE_DIR/../slime_common.sh"
-slime_recipe "$RECIPE_DIR" tempo "$@"   # model, parallel and shared arrays; exits 2 on a missing setting
-
-# The TEMPO hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
-PLUGIN_ARGS=(
-  --rollout-function-path tempo_plugin.backends.slime.rollout.generate_rollout
-  --custom-reward-post-process-path tempo_plugin.backends.slime.reward.post_process
-  # The data source holds TEMPO's state store. slime saves and restores it with the checkpoint only
-  # while the global dataset is on, so do NOT add --disable-rollout-global-dataset.
-  --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource
-  --custom-config-path "$TEMPO_CONFIG"   # environment and critic settings (tempo.yaml)
-)
-
-# Do not add --log-passrate or --num-steps-per-rollout: both assume a rollout holds exactly
-# rollout-batch-size x n-samples-per-prompt samples, and a TEMPO rollout holds more (see below).
-ROLLOUT_ARGS=(
-  --num-rollout 300
-  --rollout-batch-size 32       # S: start states per rollout
-  --n-samples-per-prompt 8      # N: branches played from each start state
-  --rollout-temperature 1.0
-  # Samples per optimizer step. A rollout yields S*critic_samples samples during warm-up
-  # (32*8 = 256) and S*(N+critic_samples) afterwards (32*(8+8) = 512); both must be multiples.
-  --global-batch-size 256
-)
-
-slime_launch "$RECIPE_NAME"
+# The method's flags: scripts/methods/tempo.sh; the TEMPO settings: scripts/methods/tempo.yaml (a
+# tempo.yaml in this folder would replace it). The model's flags: scripts/models/qwen3-4B.sh and
+# parallel.sh here. All environment variables (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and
+# the multi-node steps are described at the top of scripts/slime_common.sh. scripts/launch.sh runs
+# the recipe.
+# shellcheck source-path=SCRIPTDIR source=../launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../launch.sh" tempo "$@"

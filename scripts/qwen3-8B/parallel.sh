@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # the arrays are read by slime_launch
 # How Qwen3-8B is spread over one 8-GPU node: Megatron parallelism and SGLang engine size.
-# Sourced by scripts/qwen3-8B/tempo.sh and grpo.sh.
+# Sourced for every recipe in this folder (slime_recipe in scripts/slime_common.sh).
 
 PERF_ARGS=(
   # Megatron splits each layer over 2 GPUs (4 data-parallel replicas on 8 GPUs), as in slime's

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck source-path=SCRIPTDIR disable=SC2034  # the *_ARGS arrays are read by slime_launch
 # PPO baseline for TPPO on Qwen3-8B with slime: the same prompts, model, GPUs, batch sizes and
 # megatron config as scripts/qwen3-8B/tppo.sh, but slime's own critic (clipped MSE value loss,
 # one value per token) and advantage computation.
@@ -8,24 +7,10 @@
 #   PROMPT_DATA=data/math/train.jsonl [EVAL_DATA=data/math/test.jsonl] \
 #     bash scripts/qwen3-8B/ppo.sh [--dry-run] [extra slime flags, e.g. --num-rollout 10]
 #
-# All environment variables (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node
-# steps are described at the top of scripts/slime_common.sh.
-set -euo pipefail
-RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../slime_common.sh
-source "$RECIPE_DIR/../slime_common.sh"
-SLIME_PROMPT_DATA_HINT="python data/prepare_math.py (see that script for its options)"
-slime_recipe "$RECIPE_DIR" ppo "$@"   # model, parallel and shared arrays; exits 2 on a missing setting
-slime_megatron_config "$RECIPE_DIR/ppo_megatron.yaml"   # MEGATRON_CONFIG: critic lr, gamma, lambd, checkpoints
-
-# Only the reward hook: no TPPO hooks, so the critic and the advantages are slime's own.
-PLUGIN_ARGS=(
-  --custom-rm-path tempo_plugin.backends.slime.rewards.math_reward   # 1 for a correct final answer, else 0
-)
-
-# math_reward needs math-verify, which slime's image lacks: Ray installs it for the job (runtime env).
-mapfile -t JOB_PIP < <(slime_extra_requirements math)
-slime_ppo_args math 4096   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS (lambd 0.95, as tppo.sh: only the critic differs)
-PPO_ARGS+=(--normalize-advantages)   # whiten the advantages over the batch, as slime's PPO test does
-
-slime_launch "$RECIPE_NAME"
+# The method's flags: scripts/methods/ppo.sh; its task (math): scripts/methods/task.sh; the critic's
+# config: scripts/methods/ppo_megatron.yaml (a ppo_megatron.yaml in this folder would replace it).
+# The model's flags: scripts/models/qwen3-8B.sh and parallel.sh here. All environment variables
+# (SLIME_DIR, NUM_GPUS, NUM_NODES, WANDB_KEY, ...) and the multi-node steps are described at the top
+# of scripts/slime_common.sh. scripts/launch.sh runs the recipe.
+# shellcheck source-path=SCRIPTDIR source=../launch.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../launch.sh" ppo "$@"
