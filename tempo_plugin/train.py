@@ -242,7 +242,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             batch = rollout.td_update(update, start_states(store, cfg), next_game)
         train_tic = time.perf_counter()
         # extra critic steps in TD updates only: in the critic-only warm-up they broke the shared
-        # model's action format on seed 2 (README, "The critic")
+        # model's action format on seed 2 (docs/experiments/critic.md, "Rewards, collapse, bootstrap")
         train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == "td" else 1)
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
