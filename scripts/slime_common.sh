@@ -50,7 +50,7 @@
 
 TEMPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# The slime commit the hooks are written and tested against (README.md, "Running on slime").
+# The slime commit the hooks are written and tested against (README.md and docs/slime.md, "Running on slime").
 SLIME_PINNED_COMMIT=624b824a898ab0ec1fcb4d373004c7f3852bf515
 
 slime_usage() {

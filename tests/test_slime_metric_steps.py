@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 
 if importlib.util.find_spec("slime") is None:
-    pytest.skip("slime is not importable: put its source on PYTHONPATH (see README, Running on slime)",
+    pytest.skip("slime is not importable: put its source on PYTHONPATH (see docs/slime.md)",
                 allow_module_level=True)
 
 from test_slime_rollout import ScriptedPolicy, slime_args  # noqa: E402

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 if importlib.util.find_spec("slime") is None:
-    pytest.skip("slime is not importable: put its source on PYTHONPATH (see README, Running on slime)",
+    pytest.skip("slime is not importable: put its source on PYTHONPATH (see docs/slime.md)",
                 allow_module_level=True)
 
 from tempo_plugin.backends.slime.samples import PADDING, slime_groups, step_order  # noqa: E402

@@ -6,7 +6,7 @@ The samples are made here (slime's own Sample, over HTTP on loopback as in test_
 pickled, and handed to tests/slime_stub_imports.py in a subprocess: slime.ray.rollout imports ray and
 sglang at module level, which that script stubs, and the stubs must not leak into this process.
 
-Needs slime's source on PYTHONPATH (README, Running on slime); skipped otherwise:
+Needs slime's source on PYTHONPATH (docs/slime.md); skipped otherwise:
 
     PYTHONPATH=/path/to/slime python -m pytest -q tests/test_slime_train_data.py
 """
@@ -23,7 +23,7 @@ import pytest
 
 if importlib.util.find_spec("slime") is None:
     pytest.skip(
-        "slime is not importable: put its source on PYTHONPATH (see README, Running on slime)", allow_module_level=True
+        "slime is not importable: put its source on PYTHONPATH (see docs/slime.md)", allow_module_level=True
     )
 
 from test_slime_rollout import ScriptedPolicy, flat, slime_args  # noqa: E402
