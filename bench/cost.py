@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tempo_plugin.backends.local import sampler as sampler_module  # noqa: E402
+from tempo_plugin.samplers import local as sampler_module  # noqa: E402
 from tempo_plugin.config import parse_config  # noqa: E402
 
 

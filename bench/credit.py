@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, mean_std, read_metrics  # noqa: E402
-from tempo_plugin.backends.local.model import TINY_VERSION  # noqa: E402
+from tempo_plugin.embedded.model import TINY_VERSION  # noqa: E402
 from tempo_plugin.config import parse_config  # noqa: E402
 
 METHODS: dict[str, list[str]] = {
@@ -52,7 +52,7 @@ environment steps: a GRPO update plays S games x N complete episodes, about twic
 
 BUILD_BOOTSTRAP = (
     "import sys\n"
-    "from tempo_plugin.backends.local.model import load_policy, resolve_device\n"
+    "from tempo_plugin.embedded.model import load_policy, resolve_device\n"
     "from tempo_plugin.config import parse_config\n"
     "load_policy(parse_config(['--seed', *sys.argv[1:]]), resolve_device('cpu'))\n"
 )

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from tempo_plugin.backends.local.model import load_pretrained
-from tempo_plugin.backends.local.sampler import LocalSampler
+from tempo_plugin.embedded.model import load_pretrained
+from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.envs import make
 from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.protocol import ChatProtocol
@@ -29,8 +29,8 @@ def main() -> None:
     if args.model:
         model, tokenizer = load_pretrained(args.model, torch.device("cpu"))
     else:
-        from tempo_plugin.backends.local.bootstrap import tokenizer_corpus
-        from tempo_plugin.backends.local.tiny import build_tiny_model, build_tokenizer
+        from tempo_plugin.tiny.bootstrap import tokenizer_corpus
+        from tempo_plugin.tiny.model import build_tiny_model, build_tokenizer
 
         tokenizer = build_tokenizer(tokenizer_corpus(40, games=100))
         torch.manual_seed(0)

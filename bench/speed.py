@@ -233,7 +233,7 @@ def timed_calls(call: Callable[[int], Any], repeats: int, device: torch.device) 
 
 
 def measure_sampler(model: Any, tokenizer: Any, protocol: Any, device: torch.device, spec: dict, args) -> dict:
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.rollout.sampler import Request, SamplingParams
 
     batch, new_tokens = spec["batch"], spec["new_tokens"]
@@ -322,7 +322,7 @@ def plain_step(model: Any, optimizer: torch.optim.Optimizer, samples: list[Any],
 
 
 def measure_trainer(model: Any, tokenizer: Any, protocol: Any, device: torch.device, spec: dict, args) -> dict:
-    from tempo_plugin.backends.local.trainer import PolicyTrainer
+    from tempo_plugin.embedded.trainer import PolicyTrainer
 
     samples = train_samples(protocol, args.groups, args.group_size, args.prompt_tokens, args.completion_tokens,
                             spec["batch"] == "shared")
@@ -363,7 +363,7 @@ def measure_trainer(model: Any, tokenizer: Any, protocol: Any, device: torch.dev
 
 def measure_one(spec: dict, args) -> dict:
     """Load the model afresh and run one measurement."""
-    from tempo_plugin.backends.local.model import load_pretrained
+    from tempo_plugin.embedded.model import load_pretrained
     from tempo_plugin.rollout.protocol import ChatProtocol
 
     torch.set_num_threads(args.threads)

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run directories or Hugging Face model directories, evaluated side by side")
     p.add_argument("--server", action="append", default=[], metavar="URL",
                    help="also evaluate an SGLang(-compatible) server through its native /generate "
-                        "(e.g. http://127.0.0.1:30000, or python -m tempo_plugin.backends.local.serve); repeatable")
+                        "(e.g. http://127.0.0.1:30000, or python -m tempo_plugin.embedded.serve); repeatable")
     p.add_argument("--openai", action="append", default=[], metavar="URL",
                    help="also evaluate an OpenAI-style /v1/completions server (vLLM, SGLang, ...; "
                         "e.g. http://127.0.0.1:8000); repeatable")
@@ -194,8 +194,8 @@ def build_targets(args: argparse.Namespace) -> list[Target]:
 def evaluate(targets: Sequence[Target], benchmarks: Sequence[Any], settings: Settings, progress_bar: bool) -> dict[str, dict[str, Result]]:
     from tqdm import tqdm
 
-    from tempo_plugin.backends.openai_sampler import OpenAIError
-    from tempo_plugin.backends.slime.http_sampler import GenerationError
+    from tempo_plugin.samplers.openai import OpenAIError
+    from tempo_plugin.samplers.sglang_http import GenerationError
 
     failures = (ConfigError, GenerationError, OpenAIError, OSError)
     bar = tqdm(total=len(targets) * sum(b.work(settings) for b in benchmarks), unit="rollout", desc="eval",
@@ -240,7 +240,7 @@ def run(argv: Sequence[str]) -> int:
     maths = parse_math(args.math, args.problems)
     envs = parse_envs(args.envs, targets, bool(maths))
     if args.device == "cuda" and any(t.kind in ("run", "model") for t in targets):
-        from tempo_plugin.backends.local.model import resolve_device
+        from tempo_plugin.embedded.model import resolve_device
 
         resolve_device("cuda")  # ConfigError when torch sees no GPU
     benchmarks: list[Any] = [AgentBenchmark(env, args.games) for env in envs] + maths

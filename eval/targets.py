@@ -67,8 +67,8 @@ def local_target(path: str, device: str) -> Target:
     ref = resolve_run(path)
 
     def opener() -> Policy:
-        from tempo_plugin.backends.local.model import load_pretrained, resolve_device
-        from tempo_plugin.backends.local.sampler import LocalSampler
+        from tempo_plugin.embedded.model import load_pretrained, resolve_device
+        from tempo_plugin.samplers.local import LocalSampler
 
         model, tokenizer = load_pretrained(str(ref.model_dir), resolve_device(device))
         return Policy(LocalSampler(model, tokenizer), protocol_for(tokenizer, str(ref.model_dir)),
@@ -141,11 +141,11 @@ def server_target(url: str, kind: str, tokenizer_path: str | None, openai_model:
     def opener() -> Policy:
         tokenizer = load_tokenizer(directory, tokenizer_path)
         if kind == "server":
-            from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+            from tempo_plugin.samplers.sglang_http import HTTPSampler
 
             sampler: Any = HTTPSampler(generate_url(url), max_retries=SERVER_RETRIES)
         else:
-            from tempo_plugin.backends.openai_sampler import OpenAISampler
+            from tempo_plugin.samplers.openai import OpenAISampler
 
             sampler = OpenAISampler(url, openai_model, tokenizer)
             if not sampler.model:

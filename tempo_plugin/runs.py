@@ -43,7 +43,7 @@ class RunRef:
 def resolve_run(path: str | Path) -> RunRef:
     """A run directory, a model directory or a named model (``smollm2-135m``); a one-line ConfigError
     naming the path otherwise."""
-    from tempo_plugin.backends.local.named_models import NAMED_MODELS, model_directory
+    from tempo_plugin.embedded.named_models import NAMED_MODELS, model_directory
 
     if str(path) in NAMED_MODELS:
         return RunRef(Path(str(path)), Path(model_directory(str(path))), None)

@@ -62,8 +62,8 @@ def one_thread():
 @pytest.fixture(scope="session")
 def tokenizer():
     """The tiny tokenizer, trained on texts of 30 vault games (T = 40)."""
-    from tempo_plugin.backends.local.bootstrap import tokenizer_corpus
-    from tempo_plugin.backends.local.tiny import build_tokenizer
+    from tempo_plugin.tiny.bootstrap import tokenizer_corpus
+    from tempo_plugin.tiny.model import build_tokenizer
 
     return build_tokenizer(tokenizer_corpus(40, games=30))
 
@@ -77,7 +77,7 @@ def protocol(tokenizer):
 
 @pytest.fixture()
 def tiny_model(tokenizer):
-    from tempo_plugin.backends.local.tiny import build_tiny_model
+    from tempo_plugin.tiny.model import build_tiny_model
 
     torch.manual_seed(0)
     model = build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
@@ -98,7 +98,7 @@ def serve(tokenizer):
     """serve(sampler) -> base URL of an SGLang-compatible /generate server on loopback."""
     import threading
 
-    from tempo_plugin.backends.local.serve import make_server
+    from tempo_plugin.embedded.serve import make_server
 
     servers = []
 
@@ -122,7 +122,7 @@ def slime_types(monkeypatch):
     from dataclasses import dataclass, field
     from types import SimpleNamespace
 
-    from tempo_plugin.backends.slime import rollout
+    from tempo_plugin.slime import rollout
 
     try:
         types = rollout.slime_types()

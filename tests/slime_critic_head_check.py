@@ -45,7 +45,7 @@ def main() -> None:
     import slime.backends.megatron_utils.loss as slime_loss
     import slime.backends.megatron_utils.model as slime_model
     import slime.backends.megatron_utils.model_provider as slime_provider
-    from tempo_plugin.backends.slime import tppo
+    from tempo_plugin.slime import tppo
 
     torch.manual_seed(0)
     config = TransformerConfig(num_layers=1, hidden_size=16, num_attention_heads=2, use_cpu_initialization=True)

@@ -229,7 +229,7 @@ def run_policy_case(loss_mod, policy, case: dict, pad_multiplier: int, pad_id: i
 def run_critic_case(loss_mod, critic, case: dict, pad_multiplier: int, pad_id: int, info: dict) -> dict:
     import torch
 
-    from tempo_plugin.backends.slime import tppo
+    from tempo_plugin.slime import tppo
 
     before = loss_mod.value_loss_function
     try:
@@ -238,7 +238,7 @@ def run_critic_case(loss_mod, critic, case: dict, pad_multiplier: int, pad_id: i
         stub_megatron_training()
         tppo.init(Namespace())
     except Exception as error:  # noqa: BLE001 - the head patch needs megatron.core.transformer
-        info["critic_init_failure"] = _failure("tppo.init", "tempo_plugin.backends.slime.tppo.init", error)
+        info["critic_init_failure"] = _failure("tppo.init", "tempo_plugin.slime.tppo.init", error)
         loss_mod.value_loss_function = tppo.value_loss
     info["value_loss_was_slimes"] = getattr(before, "__module__", "") == loss_mod.__name__
     info["value_loss_patched"] = loss_mod.value_loss_function is tppo.value_loss
@@ -299,8 +299,8 @@ def main(case_path: str, out_path: str) -> None:
     info["slime_mpu_is_parallel_state"] = info["slime_mpu"] == "megatron.core.parallel_state"
     info["slime_mpu_is_ours"] = loss_mod.mpu is mpu
 
-    from tempo_plugin.backends.local.critic import value_model_from_policy
-    from tempo_plugin.backends.local.tiny import build_tiny_model
+    from tempo_plugin.embedded.value_model import value_model_from_policy
+    from tempo_plugin.tiny.model import build_tiny_model
 
     case = torch.load(case_path)
     model = case["model"]

@@ -86,7 +86,7 @@ def _cp_rank_main(rank: int, world: int, port: int, case_path: str, out_path: st
     case = torch.load(case_path)
     mpu = make_mpu(world, rank, dist.group.WORLD)
     with slime_megatron_utils(mpu) as (_, cp_utils):
-        from tempo_plugin.backends.slime import tppo
+        from tempo_plugin.slime import tppo
 
         pieces, local_returns, local_values, local_kl = [], [], [], []
         for total, resp, head, ret in zip(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from tempo_plugin.backends.local.bootstrap import critic_reasoning, critic_value
+from tempo_plugin.tiny.bootstrap import critic_reasoning, critic_value
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.envs.vault import VaultEnv
 

@@ -69,7 +69,7 @@ def rollout_with(sampler, protocol, make):
 
 
 def test_td_updates_build_one_environment_per_branch_once(tokenizer, protocol, tiny_model, one_thread):
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
 
     make = Counting()
     rollout = rollout_with(LocalSampler(tiny_model, tokenizer), protocol, make)
@@ -85,7 +85,7 @@ def test_td_updates_build_one_environment_per_branch_once(tokenizer, protocol, t
 def test_reused_environments_give_the_same_update_as_new_ones(tokenizer, protocol, tiny_model, one_thread):
     """Two TD updates, an evaluation and a third update: with the pool, and with a new environment
     for every branch (release made a no-op), every metric but the times is the same."""
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
 
     def run(pooled: bool):
         make = Counting()

@@ -171,7 +171,7 @@ def test_math_benchmark_scores_known_answers(tmp_path, protocol):
 
 
 def test_greedy_temperature_is_argmax_on_the_local_sampler(tiny_model, tokenizer):
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
 
     prompt = tokenizer.encode("Hall 2 of 9. You hold the red key.")
     sampler = LocalSampler(tiny_model, tokenizer, reuse_cache=False)
@@ -223,7 +223,7 @@ def test_two_targets_side_by_side(model_dir, tiny_model, tokenizer, tmp_path, ca
 
 
 def test_server_target_through_generate(serve, tiny_model, tokenizer, tokenizer_dir, tmp_path):
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
 
     url = serve(LocalSampler(tiny_model, tokenizer))
     out = tmp_path / "server"

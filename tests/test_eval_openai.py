@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from eval.cli import main
-from tempo_plugin.backends.openai_sampler import OpenAIError, OpenAISampler, api_base
+from tempo_plugin.samplers.openai import OpenAIError, OpenAISampler, api_base
 from tempo_plugin.rollout.sampler import Request, SamplingParams
 
 

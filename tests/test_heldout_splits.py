@@ -356,7 +356,7 @@ def test_slime_data_source_checks_the_held_out_folder_at_start(textworld_layout,
     the evaluation plays the held-out folder."""
     import yaml
 
-    from tempo_plugin.backends.slime.data_source import TempoDataSource
+    from tempo_plugin.slime.data_source import TempoDataSource
     from tempo_plugin.config import ConfigError
 
     games = tmp_path / "games"
@@ -368,7 +368,7 @@ def test_slime_data_source_checks_the_held_out_folder_at_start(textworld_layout,
                                           "max_episode_steps": 10, "warmup_updates": 1}))
         values = dict(custom_config_path=str(config), rollout_batch_size=2, n_samples_per_prompt=2,
                       rollout_temperature=1.0, rollout_top_p=1.0, seed=0, num_rollout=3, global_batch_size=None,
-                      rollout_function_path="tempo_plugin.backends.slime.rollout.generate_rollout",
+                      rollout_function_path="tempo_plugin.slime.rollout.generate_rollout",
                       eval_interval=20)
         values.update(overrides)
         return SimpleNamespace(**values)

@@ -7,9 +7,9 @@ import urllib.request
 import pytest
 import torch
 
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import token_logprobs
-from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.embedded.trainer import token_logprobs
+from tempo_plugin.samplers.sglang_http import HTTPSampler
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.envs import make
 from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches
@@ -114,7 +114,7 @@ class _FlakyHandler:
 
 
 def test_http_sampler_retries_transient_failures_only():
-    from tempo_plugin.backends.slime.http_sampler import GenerationError
+    from tempo_plugin.samplers.sglang_http import GenerationError
     from tempo_plugin.rollout.sampler import Request, SamplingParams
 
     server, state = _FlakyHandler.serve(failures=2, fail_status=503)
@@ -181,7 +181,7 @@ def test_http_sampler_does_not_resend_a_generation_that_timed_out():
     import threading
     import time
 
-    from tempo_plugin.backends.slime.http_sampler import GenerationError
+    from tempo_plugin.samplers.sglang_http import GenerationError
     from tempo_plugin.rollout.sampler import Request, SamplingParams
 
     calls = []

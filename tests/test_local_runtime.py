@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import PolicyTrainer, collate, token_logprobs
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.embedded.trainer import PolicyTrainer, collate, token_logprobs
 from tempo_plugin.rollout.sampler import Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, make_sample
 
@@ -94,7 +94,7 @@ def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_mo
 
 
 def test_token_logprobs_from_a_first_column_match_the_full_computation(tiny_model):
-    from tempo_plugin.backends.local.trainer import first_loss_column
+    from tempo_plugin.embedded.trainer import first_loss_column
 
     torch.manual_seed(1)
     ids = torch.randint(5, 200, (2, 12))
@@ -132,7 +132,7 @@ def test_identical_prompts_are_prefilled_once_and_share_an_equal_cache(tiny_mode
 
 
 def test_shared_prefix_length_counts_columns_every_row_holds_with_the_same_token():
-    from tempo_plugin.backends.local.trainer import shared_prefix_length
+    from tempo_plugin.embedded.trainer import shared_prefix_length
 
     ids = torch.tensor([[1, 2, 3, 4], [1, 2, 5, 0]])
     assert shared_prefix_length(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])) == 2
@@ -197,7 +197,7 @@ def _sample(tokens, first_trained):
 
 
 def test_micro_batches_keep_samples_with_one_prompt_together_and_sort_the_rest_by_length():
-    from tempo_plugin.backends.local.trainer import micro_batches
+    from tempo_plugin.embedded.trainer import micro_batches
 
     a1, a2 = _sample([1, 2, 3, 7, 8], 3), _sample([1, 2, 3, 9], 3)  # prompt [1, 2, 3]
     b, c = _sample([1, 2, 4, 5, 6, 7], 3), _sample([5, 6], 1)  # prompts of their own

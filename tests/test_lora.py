@@ -17,10 +17,10 @@ import pytest
 import torch
 import yaml
 
-from tempo_plugin.backends.local.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, apply_lora, load_adapted, save_model
-from tempo_plugin.backends.local.model import load_pretrained
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import PolicyTrainer, cache_argument, token_logprobs
+from tempo_plugin.embedded.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, apply_lora, load_adapted, save_model
+from tempo_plugin.embedded.model import load_pretrained
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.embedded.trainer import PolicyTrainer, cache_argument, token_logprobs
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.rollout.sampler import Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
@@ -188,7 +188,7 @@ def test_merged_model_gives_the_adapted_logits(lora_run, tokenizer):
 
 
 def test_generate_server_on_a_lora_run_serves_the_merged_model(lora_run, tokenizer, monkeypatch):
-    from tempo_plugin.backends.local import serve
+    from tempo_plugin.embedded import serve
 
     run, adapted, _ = lora_run
     latest = run / "checkpoints" / "latest"
@@ -224,6 +224,7 @@ def test_lora_run_checkpoints_adapters_and_resumes(tmp_path, monkeypatch, capsys
     from safetensors.torch import load_file
 
     from tempo_plugin import train
+    from tempo_plugin.embedded import multi_turn
     from tempo_plugin.metrics import read_metrics
 
     out = tmp_path / "run"
@@ -254,7 +255,7 @@ def test_lora_run_checkpoints_adapters_and_resumes(tmp_path, monkeypatch, capsys
         loaded.append((adapters(model), {n for n, p in model.named_parameters() if p.requires_grad}))
         return model, tokenizer
 
-    monkeypatch.setattr(train, "load_adapted", recording_load_adapted)
+    monkeypatch.setattr(multi_turn, "load_adapted", recording_load_adapted)
     assert train.main(common + ["--td-updates", "2", "--resume"]) == 0
     (weights, trainable), = loaded
     assert len(trainable) == 56 and all("lora_" in n for n in trainable)
@@ -272,7 +273,7 @@ def test_lora_run_checkpoints_adapters_and_resumes(tmp_path, monkeypatch, capsys
 
 def test_single_turn_lora_run_saves_adapters_and_a_full_critic(tmp_path, tiny_model, tokenizer, one_thread):
     from tempo_plugin import train
-    from tempo_plugin.backends.local.critic import load_value_model
+    from tempo_plugin.embedded.value_model import load_value_model
 
     model_dir = tmp_path / "hf-model"
     tiny_model.save_pretrained(model_dir)
@@ -295,7 +296,7 @@ def test_single_turn_lora_run_saves_adapters_and_a_full_critic(tmp_path, tiny_mo
 def test_recorded_base_is_what_the_policy_was_loaded_from(tiny_model, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from tempo_plugin.backends.local.named_models import NAMED_MODELS
+    from tempo_plugin.embedded.named_models import NAMED_MODELS
 
     model = apply_lora(tiny_model, 2, 0.0, "q_proj,v_proj", base="smollm2-135m")  # built in memory
     assert model.peft_config["default"].base_model_name_or_path == "smollm2-135m"

@@ -72,7 +72,7 @@ def test_forced_action_builds_the_engine_round(protocol):
 
 
 def test_wrong_key_gives_zero_monte_carlo_wins(protocol, tiny_model, tokenizer):
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.method.rollout import TempoRollout
 
     state, right, wrong = key_room(protocol)
@@ -92,7 +92,7 @@ def test_wrong_key_gives_zero_monte_carlo_wins(protocol, tiny_model, tokenizer):
 def test_monte_carlo_batches_fit_the_token_budget(protocol, tiny_model, tokenizer, monkeypatch):
     """Batches hold at most `rows` branches and rows x (longest prefix + answer cap) <= batch_tokens,
     so the sampler never splits a call (and keeps its KV cache from round to round)."""
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.method.rollout import TempoRollout
 
     cfg = TempoConfig(max_episode_steps=15, macro_rounds=5, max_assistant_tokens=3)

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from tempo_plugin.algorithms.tppo import reconstruct_values
-from tempo_plugin.backends.local.critic import (
+from tempo_plugin.embedded.value_model import (
     critic_estimator,
     load_value_model,
     save_value_model,

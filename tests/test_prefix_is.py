@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.samplers.sglang_http import HTTPSampler
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches

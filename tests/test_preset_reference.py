@@ -66,7 +66,7 @@ def test_importance_sampling_loss_sums_minus_ratio_times_advantage_over_tokens_b
 
 
 def test_trainer_sums_the_importance_sampling_loss_over_micro_batches(tiny_model, one_thread):
-    from tempo_plugin.backends.local.trainer import PolicyTrainer
+    from tempo_plugin.embedded.trainer import PolicyTrainer
     from tempo_plugin.rollout.samples import make_sample
 
     samples = [make_sample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], [0.0, 0.0, -1.0, -1.0, -1.0], 1.0, ACTOR, g, 1.0)

@@ -32,18 +32,18 @@ RECIPES = {
     "qwen3-8B/temporal_grpo.sh": {"model": "8B", "algorithm": "temporal_grpo"},
 }
 ROLLOUT_FUNCTION = {
-    "tempo": "tempo_plugin.backends.slime.rollout.generate_rollout",
-    "grpo": "tempo_plugin.backends.slime.rollout.generate_grpo_rollout",
-    "temporal_grpo": "tempo_plugin.backends.slime.rollout.generate_temporal_grpo_rollout",
+    "tempo": "tempo_plugin.slime.rollout.generate_rollout",
+    "grpo": "tempo_plugin.slime.rollout.generate_grpo_rollout",
+    "temporal_grpo": "tempo_plugin.slime.rollout.generate_temporal_grpo_rollout",
 }
 # The reward post-process and advantage hook of each tempo.yaml recipe (absent: slime's own).
 REWARD_POST_PROCESS = {
-    "tempo": "tempo_plugin.backends.slime.reward.post_process",
-    "grpo": "tempo_plugin.backends.slime.reward.post_process",  # its rewards are advantages already
-    "temporal_grpo": "tempo_plugin.backends.slime.temporal_grpo.post_process",
+    "tempo": "tempo_plugin.slime.reward.post_process",
+    "grpo": "tempo_plugin.slime.reward.post_process",  # its rewards are advantages already
+    "temporal_grpo": "tempo_plugin.slime.temporal_grpo.post_process",
 }
 ADVANTAGE_FUNCTION = {
-    "temporal_grpo": "tempo_plugin.backends.slime.temporal_grpo.advantages",
+    "temporal_grpo": "tempo_plugin.slime.temporal_grpo.advantages",
 }
 HIDDEN_SIZE = {"4B": "2560", "8B": "4096"}
 
@@ -56,12 +56,12 @@ PROMPT_RECIPES = {
     "qwen2.5-math-1.5B/tppo.sh": {"model": "qwen2.5-math-1.5B", "algorithm": "tppo", "task": "countdown"},
 }
 TPPO_HOOKS = {
-    "--custom-megatron-init-path": "tempo_plugin.backends.slime.tppo.init",
-    "--custom-advantage-function-path": "tempo_plugin.backends.slime.tppo.advantages",
+    "--custom-megatron-init-path": "tempo_plugin.slime.tppo.init",
+    "--custom-advantage-function-path": "tempo_plugin.slime.tppo.advantages",
 }
 REWARD = {
-    "math": "tempo_plugin.backends.slime.rewards.math_reward",
-    "countdown": "tempo_plugin.backends.slime.rewards.countdown_reward",
+    "math": "tempo_plugin.slime.rewards.math_reward",
+    "countdown": "tempo_plugin.slime.rewards.countdown_reward",
 }
 # Per model: --tensor-model-parallel-size, --rollout-num-gpus-per-engine, --max-tokens-per-gpu,
 # --rollout-max-response-len.
@@ -309,7 +309,7 @@ def test_dry_run_train_arguments(recipe, stubs, setup):
     assert value(args, "--load") == setup["SAVE_DIR"]
 
     assert value(args, "--rollout-function-path") == ROLLOUT_FUNCTION[algorithm]
-    assert value(args, "--data-source-path") == "tempo_plugin.backends.slime.data_source.TempoDataSource"
+    assert value(args, "--data-source-path") == "tempo_plugin.slime.data_source.TempoDataSource"
     config = Path(value(args, "--custom-config-path"))
     assert config.is_absolute() and config.is_file()
     assert config == SCRIPTS / "methods" / "tempo.yaml"  # the shared one: the model folder has none
@@ -455,7 +455,7 @@ def test_math_recipes_ship_math_verify_and_turn_qwen3_thinking_off(recipe, stubs
     assert result.returncode == 0, result.stderr
     args = train_args(result.stdout, setup["SLIME_DIR"])
     math_extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["math"]
-    uses_math = value(args, "--custom-rm-path") == "tempo_plugin.backends.slime.rewards.math_reward" if "--custom-rm-path" in args else False
+    uses_math = value(args, "--custom-rm-path") == "tempo_plugin.slime.rewards.math_reward" if "--custom-rm-path" in args else False
     assert runtime_env(result.stdout, "pip") == (math_extra if uses_math else None)
     single_turn_qwen3 = "--prompt-data" in args and recipe.startswith("qwen3")
     expected = ['{"enable_thinking":false}'] if single_turn_qwen3 else []
@@ -478,7 +478,7 @@ def test_num_gpus_per_node_follows_num_gpus(stubs, setup):
 def test_every_launch_gets_a_new_id_which_its_save_dir_holds(stubs, setup, tmp_path):
     """The id in SAVE_DIR/tempo_launch_id is this launch's TEMPO_LAUNCH_ID, and a relaunch at the same
     SAVE_DIR gets another one, so a node holding a stale copy of SAVE_DIR fails the shared-folder check."""
-    from tempo_plugin.backends.slime.data_source import check_shared_save_dir
+    from tempo_plugin.slime.data_source import check_shared_save_dir
     from tempo_plugin.config import ConfigError
 
     save = Path(setup["SAVE_DIR"])
@@ -609,7 +609,7 @@ def test_tempo_yaml_is_accepted_by_the_slime_settings(model, algorithm, stubs, s
     divisible by --global-batch-size."""
     from types import SimpleNamespace
 
-    from tempo_plugin.backends.slime import settings
+    from tempo_plugin.slime import settings
 
     result = run(f"{model}/{algorithm}.sh", stubs, "--dry-run", **setup)
     args = train_args(result.stdout, setup["SLIME_DIR"])

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from tempo_plugin.backends.local.serve import MAX_WORKERS, make_server
+from tempo_plugin.embedded.serve import MAX_WORKERS, make_server
 from tempo_plugin.rollout.sampler import Completion
 
 

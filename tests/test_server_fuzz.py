@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tempo_plugin.backends.local.serve import ServerLimits, make_server
+from tempo_plugin.embedded.serve import ServerLimits, make_server
 from tempo_plugin.rollout.sampler import Completion
 
 VOCAB = 100

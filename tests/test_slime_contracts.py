@@ -4,7 +4,7 @@ hook paths, the way slime documents it: each contract file reads the hook to che
 (the runtime-hook contract reads slime's call sites by relative path).
 
 Hooks we implement and the contract that covers each:
-- ``--custom-reward-post-process-path tempo_plugin.backends.slime.reward.post_process``: runtime hooks;
+- ``--custom-reward-post-process-path tempo_plugin.slime.reward.post_process``: runtime hooks;
 - ``--rollout-function-path ...rollout.generate_rollout`` and ``...generate_grpo_rollout``: rollout.
 The rollout contract's behavioural part calls the function with ``args=None`` and slime's
 ``ContractDataSource``; our rollouts need ``TempoDataSource`` (the state store and the game cursor)
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-REWARD_POST_PROCESS = "tempo_plugin.backends.slime.reward.post_process"
-ROLLOUTS = ("tempo_plugin.backends.slime.rollout.generate_rollout",
-            "tempo_plugin.backends.slime.rollout.generate_grpo_rollout")
+REWARD_POST_PROCESS = "tempo_plugin.slime.reward.post_process"
+ROLLOUTS = ("tempo_plugin.slime.rollout.generate_rollout",
+            "tempo_plugin.slime.rollout.generate_grpo_rollout")
 BEHAVIOURAL = "test_rollout_function_path_contract_supports_user_override"
 
 
@@ -77,4 +77,4 @@ def test_rollout_contract_behaviour_fails_only_for_the_data_source(rollout):
                           "-k", BEHAVIOURAL)
     assert result.returncode == 1 and "1 failed" in result.stdout
     assert "ConfigError: TEMPO's rollout function needs --data-source-path " \
-           "tempo_plugin.backends.slime.data_source.TempoDataSource (got ContractDataSource)" in result.stdout
+           "tempo_plugin.slime.data_source.TempoDataSource (got ContractDataSource)" in result.stdout

@@ -1,5 +1,5 @@
 """slime's own train.py, Ray RolloutManager and sample-to-train-data conversion, end to end on CPU,
-with our hooks and our SGLang-compatible server (tempo_plugin.backends.local.serve) as the engine.
+with our hooks and our SGLang-compatible server (tempo_plugin.embedded.serve) as the engine.
 
 Set-up (module fixture ``e2e``): a Ray head on 127.0.0.1 declaring four GPUs, and our server serving
 a briefly bootstrapped tiny model (tests/slime_e2e/tiny_model.py, cached under $TEMPO_CACHE). The
@@ -66,7 +66,7 @@ EVAL_GAMES = TEMPO_CFG["eval_games"]
 WARMUP_COUNT, TD_COUNT, EPISODE_COUNT = S * K, S * (N + K), S * N
 assert WARMUP_COUNT % GLOBAL_BATCH == TD_COUNT % GLOBAL_BATCH == EPISODE_COUNT % GLOBAL_BATCH == 0
 
-HOOKS = "tempo_plugin.backends.slime"
+HOOKS = "tempo_plugin.slime"
 ROLLOUT = {
     "tempo": f"{HOOKS}.rollout.generate_rollout",
     "grpo": f"{HOOKS}.rollout.generate_grpo_rollout",

@@ -14,7 +14,7 @@ prompt with mask 0; a two-round segment with mask 1 on the actor's completions a
 closing / observation tokens in between) and two critic samples (critic prompt, mask 1 on the
 completion), each with its one advantage; old log-probs = the model's own plus a fixed offset per
 token of up to 0.5 nats, so both clip bounds (0.2 / 0.28) are hit. As slime's rollout builds them
-(``tempo_plugin.backends.slime.samples``): reward = the sample's advantage, no ``rollout_id`` (so
+(``tempo_plugin.slime.samples``): reward = the sample's advantage, no ``rollout_id`` (so
 slime gives each sample a rollout id of its own and ``rollout_mask_sums`` = the sample's own mask
 total), the response = everything from the first trained token.
 
@@ -83,7 +83,7 @@ def _offset(k: int) -> float:
 
 
 def _current_logprobs(model, tokens: list[int]) -> list[float]:
-    from tempo_plugin.backends.local.trainer import token_logprobs
+    from tempo_plugin.embedded.trainer import token_logprobs
 
     ids = torch.tensor([tokens])
     with torch.no_grad():
@@ -134,7 +134,7 @@ def tempo_samples(model, protocol) -> list[TrainSample]:
 
 
 def as_slime(sample: TrainSample, reward: float | None = None) -> dict:
-    """What slime's train data holds of a TEMPO sample (tempo_plugin.backends.slime.samples)."""
+    """What slime's train data holds of a TEMPO sample (tempo_plugin.slime.samples)."""
     if reward is None:
         reward = next(a for a, m in zip(sample.advantages, sample.loss_mask) if m)
     return {"tokens": sample.tokens, "prompt_length": sample.prompt_length, "loss_mask": sample.loss_mask,
@@ -152,8 +152,8 @@ def response_mask_sum(sample: dict) -> float:
 
 @pytest.fixture(scope="module")
 def setup(tokenizer, protocol, tmp_path_factory):
-    from tempo_plugin.backends.local.critic import value_model_from_policy
-    from tempo_plugin.backends.local.tiny import build_tiny_model
+    from tempo_plugin.embedded.value_model import value_model_from_policy
+    from tempo_plugin.tiny.model import build_tiny_model
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -213,7 +213,7 @@ def setup(tokenizer, protocol, tmp_path_factory):
 def trainer_step(policy, samples: list[TrainSample], pad_id: int) -> tuple[float, dict[str, torch.Tensor]]:
     """The local runtime's PolicyTrainer on ``samples``: its loss and the gradient it steps with
     (SGD with lr 0 and no effective clipping, so the weights stay as they are)."""
-    from tempo_plugin.backends.local.trainer import PolicyTrainer
+    from tempo_plugin.embedded.trainer import PolicyTrainer
 
     trainer = PolicyTrainer(policy, torch.optim.SGD(policy.parameters(), lr=0.0), pad_id,
                             eps_clip=EPS_LOW, eps_clip_high=EPS_HIGH, grad_clip=1e12)
@@ -411,7 +411,7 @@ def test_tppo_value_loss_through_slimes_dispatcher(setup):
     gives returns = R; slime's loss_function (value_loss) = mean over samples of TPPO's BCE of
     z_t = cumsum(m f), V = sigmoid(z), against R: by hand, by value_bce_loss, and in the gradients of
     the logits (by hand) and of the critic's parameters (our autograd on the local ValueModel)."""
-    from tempo_plugin.backends.local.critic import token_increments
+    from tempo_plugin.embedded.value_model import token_increments
 
     res, samples, critic = setup["out"]["critic"], setup["critic_samples"], setup["critic"]
     n = len(samples)

@@ -18,8 +18,8 @@ if importlib.util.find_spec("slime") is None:
 
 from test_slime_rollout import ScriptedPolicy, slime_args  # noqa: E402
 
-from tempo_plugin.backends.slime.data_source import TempoDataSource  # noqa: E402
-from tempo_plugin.backends.slime.rollout import generate_grpo_rollout, generate_rollout  # noqa: E402
+from tempo_plugin.slime.data_source import TempoDataSource  # noqa: E402
+from tempo_plugin.slime.rollout import generate_grpo_rollout, generate_rollout  # noqa: E402
 from tempo_plugin.metrics import slime_metric_names  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def test_every_rollout_metric_is_plotted_against_the_rollout_step(
     outputs = [generate_rollout(args, 0, source), generate_rollout(args, 1, source)]  # warm-up, TD
     (tmp_path / "grpo").mkdir()
     grpo_args = slime_args(tmp_path / "grpo", tokenizer_dir, url,
-                           rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout")
+                           rollout_function_path="tempo_plugin.slime.rollout.generate_grpo_rollout")
     outputs.append(generate_grpo_rollout(grpo_args, 0, TempoDataSource(grpo_args)))
     names = {name for out in outputs for name in out.metrics}
     assert {"rollout/train/actor_samples", "rollout/train/critic_samples", "rollout/train/removed_samples"} <= names

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tempo_plugin.backends.slime.reward import post_process
+from tempo_plugin.slime.reward import post_process
 
 
 def sample(reward, group_index=None):

@@ -15,13 +15,13 @@ import pytest
 import torch
 import yaml
 
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import token_logprobs
-from tempo_plugin.backends.slime import settings
-from tempo_plugin.backends.slime.data_source import TempoDataSource, state_path
-from tempo_plugin.backends.slime.reward import post_process
-from tempo_plugin.backends.slime.samples import RETURN, sample_advantage
-from tempo_plugin.backends.slime.rollout import generate_grpo_rollout, generate_rollout
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.embedded.trainer import token_logprobs
+from tempo_plugin.slime import settings
+from tempo_plugin.slime.data_source import TempoDataSource, state_path
+from tempo_plugin.slime.reward import post_process
+from tempo_plugin.slime.samples import RETURN, sample_advantage
+from tempo_plugin.slime.rollout import generate_grpo_rollout, generate_rollout
 from tempo_plugin.config import ConfigError
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.envs.pool import EnvPool
@@ -95,7 +95,7 @@ def slime_args(tmp_path, tokenizer_dir, url, tempo=None, **overrides):
         rollout_batch_size=2, n_samples_per_prompt=2, rollout_temperature=1.0, rollout_top_p=1.0, seed=0,
         num_rollout=3, global_batch_size=4, hf_checkpoint=tokenizer_dir, sglang_router_ip=host,
         sglang_router_port=int(port), save=str(tmp_path / "ckpt"), load=str(tmp_path / "ckpt"),
-        rollout_function_path="tempo_plugin.backends.slime.rollout.generate_rollout",
+        rollout_function_path="tempo_plugin.slime.rollout.generate_rollout",
         n_samples_per_prompt_eval=1, reward_key=None,
     )
     values.update(overrides)
@@ -242,7 +242,7 @@ def test_episodes_carry_the_models_logprobs(tmp_path, tiny_model, tokenizer, tok
     the untrained tiny model's training groups are degenerate) are the model's."""
     url = serve(LocalSampler(tiny_model, tokenizer))
     args = slime_args(
-        tmp_path, tokenizer_dir, url, rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
+        tmp_path, tokenizer_dir, url, rollout_function_path="tempo_plugin.slime.rollout.generate_grpo_rollout"
     )
     args.custom_config_path = write_yaml(tmp_path / "grpo.yaml", max_episode_steps=16, macro_rounds=8,
                                          max_assistant_tokens=4, eval_games=2)
@@ -282,7 +282,7 @@ def test_grpo_on_slime_is_the_embedded_episode_update(tmp_path, tokenizer, proto
     def grpo_source(name):
         # each source gets a fresh scripted policy: the same episodes for the same games
         args = slime_args(tmp_path / name, tokenizer_dir, serve(ScriptedPolicy(tokenizer, protocol, 0.3)),
-                          rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout")
+                          rollout_function_path="tempo_plugin.slime.rollout.generate_grpo_rollout")
         source = TempoDataSource(args)
         source.rollout().envs = EnvPool(lambda: RaisesOnGame(max_steps=40))  # T = 40, as slime_args sets it
         return args, source
@@ -339,7 +339,7 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     with pytest.raises(ConfigError, match="--global-batch-size 8 does not divide the 4 samples of a warm-up rollout"):
         TempoDataSource(args)
     args.global_batch_size = 3
-    args.rollout_function_path = "tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
+    args.rollout_function_path = "tempo_plugin.slime.rollout.generate_grpo_rollout"
     with pytest.raises(ConfigError, match="4 samples of a GRPO episode rollout"):
         TempoDataSource(args)
     args.global_batch_size = 4
@@ -357,7 +357,7 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
 
 
 def test_rollout_function_needs_the_tempo_data_source(slime_types):
-    with pytest.raises(ConfigError, match="--data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource"):
+    with pytest.raises(ConfigError, match="--data-source-path tempo_plugin.slime.data_source.TempoDataSource"):
         generate_rollout(SimpleNamespace(), 0, object())
 
 
@@ -377,8 +377,8 @@ def test_hook_modules_import_nothing_heavy():
 
     code = (
         "import sys\n"
-        "import tempo_plugin.backends.slime.rollout, tempo_plugin.backends.slime.reward\n"
-        "import tempo_plugin.backends.slime.data_source\n"
+        "import tempo_plugin.slime.rollout, tempo_plugin.slime.reward\n"
+        "import tempo_plugin.slime.data_source\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'slime', 'torch', 'numpy', 'transformers', 'sglang', 'ray'}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
@@ -416,7 +416,7 @@ def test_config_file_missing_on_this_node_is_one_line(tmp_path, tokenizer_dir):
 def test_state_files_are_json_and_only_the_newest_are_kept(tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types):
     import json
 
-    from tempo_plugin.backends.slime.data_source import KEEP_STATE_FILES, prune_state_files
+    from tempo_plugin.slime.data_source import KEEP_STATE_FILES, prune_state_files
 
     url = serve(ScriptedPolicy(tokenizer, protocol))
     args = slime_args(tmp_path, tokenizer_dir, url, num_rollout=4)
@@ -449,7 +449,7 @@ def test_a_tempo_sample_hands_slime_its_advantage_not_its_return(slime_types):
     """What the TD update put in the advantages (here: the return 1.0 less a penalty, centred, scaled
     by a prefix weight: A = 0.35) is the slime reward; the raw return stays in the metadata; a
     sample whose trained tokens carry different advantages (Temporal GRPO's kind) is refused."""
-    from tempo_plugin.backends.slime.samples import slime_groups
+    from tempo_plugin.slime.samples import slime_groups
     from tempo_plugin.rollout.samples import ACTOR, CRITIC, make_sample
 
     actor = make_sample([5, 6, 7, 8, 9], [0, 1, 1, 0, 1], [0.0, -0.1, -0.2, 0.0, -0.3], 0.35, ACTOR, 3, 1.0)
@@ -489,7 +489,7 @@ def test_a_decaying_learning_rate_needs_tempos_step_count(tmp_path, tokenizer_di
 
     # multi-turn GRPO's rollouts hold S x N samples: slime's count is right, any schedule goes
     grpo = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1", tempo=tempo, lr_decay_style="cosine",
-                      rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout", **recipe)
+                      rollout_function_path="tempo_plugin.slime.rollout.generate_grpo_rollout", **recipe)
     TempoDataSource(grpo)
 
 

@@ -16,7 +16,7 @@ if importlib.util.find_spec("slime") is None:
     pytest.skip("slime is not importable: put its source on PYTHONPATH (see docs/slime.md)",
                 allow_module_level=True)
 
-from tempo_plugin.backends.slime.samples import PADDING, slime_groups, step_order  # noqa: E402
+from tempo_plugin.slime.samples import PADDING, slime_groups, step_order  # noqa: E402
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, make_sample  # noqa: E402
 
 

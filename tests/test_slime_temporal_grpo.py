@@ -1,5 +1,5 @@
 """Temporal GRPO on slime: the rollout function (rollout.generate_temporal_grpo_rollout), the reward
-post-process and the advantage hook (tempo_plugin/backends/slime/temporal_grpo.py).
+post-process and the advantage hook (tempo_plugin/slime/temporal_grpo.py).
 
 Without slime: the rollout over real HTTP on loopback (slime's Sample when importable, stand-ins
 otherwise), the post-process on hand samples, the advantage hook on hand tensors with the pure
@@ -23,18 +23,18 @@ import pytest
 import torch
 from test_slime_rollout import ScriptedPolicy, check_sample_arrays, flat, slime_args, write_yaml
 
-from tempo_plugin.backends.slime import temporal_grpo, tppo
-from tempo_plugin.backends.slime.data_source import TempoDataSource
-from tempo_plugin.backends.slime.rollout import generate_temporal_grpo_rollout
-from tempo_plugin.backends.slime.samples import TOKEN_ADVANTAGES
-from tempo_plugin.backends.slime.settings import episode_sample_count, sample_counts
+from tempo_plugin.slime import temporal_grpo, tppo
+from tempo_plugin.slime.data_source import TempoDataSource
+from tempo_plugin.slime.rollout import generate_temporal_grpo_rollout
+from tempo_plugin.slime.samples import TOKEN_ADVANTAGES
+from tempo_plugin.slime.settings import episode_sample_count, sample_counts
 from tempo_plugin.config import ConfigError
 from tempo_plugin.rollout.games import train_game
 
 ROOT = Path(__file__).resolve().parents[1]
-FUNCTION = "tempo_plugin.backends.slime.rollout.generate_temporal_grpo_rollout"
-POST_PROCESS = "tempo_plugin.backends.slime.temporal_grpo.post_process"
-ADVANTAGES = "tempo_plugin.backends.slime.temporal_grpo.advantages"
+FUNCTION = "tempo_plugin.slime.rollout.generate_temporal_grpo_rollout"
+POST_PROCESS = "tempo_plugin.slime.temporal_grpo.post_process"
+ADVANTAGES = "tempo_plugin.slime.temporal_grpo.advantages"
 HAVE_SLIME = importlib.util.find_spec("slime") is not None
 needs_slime = pytest.mark.skipif(not HAVE_SLIME, reason="slime is not importable: put its source on PYTHONPATH")
 
@@ -135,7 +135,7 @@ def test_evaluation_and_the_data_source_check(tmp_path, tokenizer, protocol, tok
     out = generate_temporal_grpo_rollout(args, 0, TempoDataSource(args), evaluation=True)
     data = out.data["success_rate"]  # slime logs it as eval/success_rate
     assert len(data["rewards"]) == len(data["samples"]) == 3 and set(data["rewards"]) <= {0.0, 1.0}
-    with pytest.raises(ConfigError, match="--data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource"):
+    with pytest.raises(ConfigError, match="--data-source-path tempo_plugin.slime.data_source.TempoDataSource"):
         generate_temporal_grpo_rollout(args, 0, object())
 
 
@@ -154,7 +154,7 @@ def test_settings_count_and_check_the_environment(tmp_path, tokenizer_dir, monke
     args.custom_config_path = write_yaml(tmp_path / "plain.yaml", env="plain")
     with pytest.raises(ConfigError, match=r"env 'plain' reports no milestones .* needs: add stage_count and stages_completed to its class, see tempo_plugin/envs/base.py$"):
         TempoDataSource(args)
-    args.rollout_function_path = "tempo_plugin.backends.slime.rollout.generate_grpo_rollout"
+    args.rollout_function_path = "tempo_plugin.slime.rollout.generate_grpo_rollout"
     TempoDataSource(args)  # the plain GRPO baseline needs none
 
 
@@ -169,7 +169,7 @@ def test_hook_signatures_and_light_imports():
     assert list(inspect.signature(temporal_grpo.advantages).parameters) == ["args", "rollout_data"]
     code = (
         "import sys\n"
-        "import tempo_plugin.backends.slime.temporal_grpo, tempo_plugin.backends.slime.rollout\n"
+        "import tempo_plugin.slime.temporal_grpo, tempo_plugin.slime.rollout\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'slime', 'torch', 'numpy', 'megatron', 'ray'}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

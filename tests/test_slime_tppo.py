@@ -1,4 +1,4 @@
-"""TPPO's slime hooks (tempo_plugin/backends/slime/tppo.py).
+"""TPPO's slime hooks (tempo_plugin/slime/tppo.py).
 
 Without slime: the pure zig-zag CP layout, the per-sample advantage core on simulated CP ranks,
 and hand-computed values / advantages. With slime on PYTHONPATH (megatron stubbed): the layout
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
-from tempo_plugin.backends.slime import tppo
+from tempo_plugin.slime import tppo
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_SLIME = importlib.util.find_spec("slime") is not None
@@ -148,7 +148,7 @@ def test_reward_outside_unit_interval_is_refused():
 
 def test_import_does_not_import_slime_or_megatron():
     code = (
-        "import sys, tempo_plugin.backends.slime.tppo\n"
+        "import sys, tempo_plugin.slime.tppo\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('slime', 'megatron')]\n"
         "import torch.distributed as d\n"
         "assert not bad, bad\n"

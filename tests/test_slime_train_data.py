@@ -28,14 +28,14 @@ if importlib.util.find_spec("slime") is None:
 
 from test_slime_rollout import ScriptedPolicy, flat, slime_args  # noqa: E402
 
-from tempo_plugin.backends.slime.data_source import TempoDataSource  # noqa: E402
-from tempo_plugin.backends.slime.reward import post_process  # noqa: E402
-from tempo_plugin.backends.slime.rollout import generate_grpo_rollout, generate_rollout  # noqa: E402
-from tempo_plugin.backends.slime.settings import check_global_batch_size  # noqa: E402
+from tempo_plugin.slime.data_source import TempoDataSource  # noqa: E402
+from tempo_plugin.slime.reward import post_process  # noqa: E402
+from tempo_plugin.slime.rollout import generate_grpo_rollout, generate_rollout  # noqa: E402
+from tempo_plugin.slime.settings import check_global_batch_size  # noqa: E402
 from tempo_plugin.config import ConfigError  # noqa: E402
 
 RUNNER = Path(__file__).with_name("slime_stub_imports.py")
-REWARD_HOOK = "tempo_plugin.backends.slime.reward.post_process"
+REWARD_HOOK = "tempo_plugin.slime.reward.post_process"
 PER_SAMPLE_KEYS = (
     "tokens", "response_lengths", "rewards", "raw_reward", "loss_masks", "rollout_log_probs", "rollout_ids",
     "rollout_mask_sums", "truncated", "sample_indices",
@@ -193,7 +193,7 @@ def test_grpo_baseline_survives_slimes_conversion_and_split(tmp_path, tokenizer,
     embedded ``episode_update``'s), already centred per game: our reward hook passes it through."""
     url = serve(ScriptedPolicy(tokenizer, protocol, invalid_share=0.3))
     args = slime_args(tmp_path, tokenizer_dir, url,
-                      rollout_function_path="tempo_plugin.backends.slime.rollout.generate_grpo_rollout")
+                      rollout_function_path="tempo_plugin.slime.rollout.generate_grpo_rollout")
     source = TempoDataSource(args)
     outputs = [generate_grpo_rollout(args, rollout_id, source) for rollout_id in range(2)]
     cases = [

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tempo_plugin.backends.local import named_models
-from tempo_plugin.backends.local.named_models import NAMED_MODELS, NamedModel, model_directory
+from tempo_plugin.embedded import named_models
+from tempo_plugin.embedded.named_models import NAMED_MODELS, NamedModel, model_directory
 from tempo_plugin.config import ConfigError
 from tempo_plugin.rollout.protocol import ChatProtocol, parse_action
 
@@ -33,7 +33,7 @@ def test_the_converted_folder_is_a_plain_hugging_face_model(smollm2_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tempo_plugin.backends.local.model import load_pretrained
+    from tempo_plugin.embedded.model import load_pretrained
 
     config = json.loads(open(f"{smollm2_dir}/config.json").read())
     assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]

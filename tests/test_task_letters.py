@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tempo_plugin.backends.local.task_bootstrap import (
+from tempo_plugin.tiny.task_bootstrap import (
     LETTERS_MALFORMED,
     LETTERS_SLIP,
     TINY_TASKS,
@@ -144,8 +144,8 @@ def test_demonstration_noise_rates():
 
 
 def test_letters_are_single_tokens_shared_by_prompt_and_answer():
-    from tempo_plugin.backends.local.task_bootstrap import ANSWER_TAGS
-    from tempo_plugin.backends.local.tiny import build_tokenizer
+    from tempo_plugin.tiny.task_bootstrap import ANSWER_TAGS
+    from tempo_plugin.tiny.model import build_tokenizer
 
     entry = tiny_task("letters")
     task = entry.make()
@@ -168,7 +168,7 @@ def test_tiny_registry_and_errors():
 def test_tiny_bootstrap_accepts_letters(tmp_path, one_thread):
     import torch
 
-    from tempo_plugin.backends.local.model import build_bootstrapped_tiny, tiny_cache_dir
+    from tempo_plugin.embedded.model import build_bootstrapped_tiny, tiny_cache_dir
     from tempo_plugin.config import ConfigError, TempoConfig
     from tempo_plugin.embedded.single_turn import make_task as single_turn_task
 
@@ -187,7 +187,7 @@ def test_slime_reward_hook():
     import asyncio
     from types import SimpleNamespace
 
-    from tempo_plugin.backends.slime.rewards import letters_reward
+    from tempo_plugin.slime.rewards import letters_reward
 
     good = SimpleNamespace(response="<answer> d e f g</answer>", label=LABEL)
     bad = SimpleNamespace(response="<answer> d e F G</answer>", label=LABEL)

@@ -177,7 +177,7 @@ def test_countdown_cli_writes_jsonl(tmp_path):
 
 
 def test_math_module_does_not_import_math_verify():
-    code = "import sys, tempo_plugin.tasks.math, tempo_plugin.backends.slime.rewards; print('math_verify' in sys.modules)"
+    code = "import sys, tempo_plugin.tasks.math, tempo_plugin.slime.rewards; print('math_verify' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
@@ -340,7 +340,7 @@ def test_prepare_generic_jsonl_and_errors(tmp_path):
 
 
 def test_slime_reward_hooks():
-    from tempo_plugin.backends.slime import rewards
+    from tempo_plugin.slime import rewards
 
     args = SimpleNamespace()
     good = SimpleNamespace(response=answer("25 * 4 + 7"), label=LABEL)
@@ -352,7 +352,7 @@ def test_slime_reward_hooks():
 
 @needs_math_verify
 def test_slime_math_reward_hook():
-    from tempo_plugin.backends.slime import rewards
+    from tempo_plugin.slime import rewards
 
     sample = SimpleNamespace(response=r"so \boxed{\frac{5}{6}}", label=r"\frac{5}{6}")
     assert asyncio.run(rewards.math_reward(SimpleNamespace(), sample)) == 1.0

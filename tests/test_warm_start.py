@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from tempo_plugin.backends.local import model as model_module
-from tempo_plugin.backends.local.model import load_policy, warm_start_cache_dir
+from tempo_plugin.embedded import model as model_module
+from tempo_plugin.embedded.model import load_policy, warm_start_cache_dir
 from tempo_plugin.config import ConfigError, parse_config
 
 
@@ -38,7 +38,7 @@ def test_warm_start_trains_the_blocks_once_and_caches_them(tmp_path, model_dir, 
     assert not any("embed_tokens" in name or "lm_head" in name for name in changed)  # the vocabulary did not
     assert model.name_or_path == str(cache)  # what LoRA adapters record as their base
 
-    monkeypatch.setattr("tempo_plugin.backends.local.bootstrap.supervised_bootstrap",
+    monkeypatch.setattr("tempo_plugin.tiny.bootstrap.supervised_bootstrap",
                         lambda *a, **k: pytest.fail("warm-started twice"))
     again, _ = load_policy(cfg, torch.device("cpu"))
     assert all(torch.equal(t, again.state_dict()[n]) for n, t in after.items())
@@ -60,7 +60,7 @@ def test_negative_warm_start_steps_name_the_flag():
 
 
 def test_the_bootstrap_schedule_ramps_then_decays():
-    from tempo_plugin.backends.local.bootstrap import lr_factor
+    from tempo_plugin.tiny.bootstrap import lr_factor
 
     # the tiny bootstrap's 20-step ramp over a 12-step run: (s + 1) / 20 * (1 - s / 12), never above 0.18
     assert lr_factor(0, 12, 20) == pytest.approx(0.05)

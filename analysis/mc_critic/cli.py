@@ -160,8 +160,8 @@ def run(args: argparse.Namespace) -> dict:
     import torch
     from tqdm import tqdm
 
-    from tempo_plugin.backends.local.model import load_pretrained, resolve_device
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.embedded.model import load_pretrained, resolve_device
+    from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.rollout.protocol import ChatProtocol
     from tempo_plugin.rollout.sampler import SamplingParams
     from tempo_plugin.runs import resolve_run
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> dict:
         position_label = "round index"
         mode = {"mode": "agent", "env": cfg.env, "every_rounds": every}
     else:
-        from tempo_plugin.backends.local.critic import critic_estimator, load_value_model
+        from tempo_plugin.embedded.value_model import critic_estimator, load_value_model
         from tempo_plugin.embedded.single_turn import EVAL_SEED, make_task, sample_responses
 
         from analysis.mc_critic.critics import ScalarCritic

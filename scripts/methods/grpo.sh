@@ -9,10 +9,10 @@ slime_recipe "$RECIPE_DIR" grpo "$@"   # model, parallel and shared arrays; exit
 # runtime's multi-turn GRPO update), so slime's own normalisation must stay off it: the reward
 # post-process of tempo.sh keeps the rewards as they are (they are centred per game already).
 PLUGIN_ARGS=(
-  --rollout-function-path tempo_plugin.backends.slime.rollout.generate_grpo_rollout
-  --custom-reward-post-process-path tempo_plugin.backends.slime.reward.post_process
+  --rollout-function-path tempo_plugin.slime.rollout.generate_grpo_rollout
+  --custom-reward-post-process-path tempo_plugin.slime.reward.post_process
   # Keeps the global dataset on (no --disable-rollout-global-dataset), as in tempo.sh.
-  --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource
+  --data-source-path tempo_plugin.slime.data_source.TempoDataSource
   --custom-config-path "$TEMPO_CONFIG"   # the same tempo.yaml: game and episode settings
 )
 

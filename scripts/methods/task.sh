@@ -10,14 +10,14 @@ TASK=${TASK:-math}
 case "$TASK" in
   math)
     SLIME_PROMPT_DATA_HINT="python data/prepare_math.py (see that script for its options)"
-    TASK_REWARD=tempo_plugin.backends.slime.rewards.math_reward   # 1 for a correct final answer, else 0
+    TASK_REWARD=tempo_plugin.slime.rewards.math_reward   # 1 for a correct final answer, else 0
     TASK_MAX_RESPONSE_LEN=4096
     # math_reward needs math-verify, which slime's image lacks: Ray installs it for the job (runtime env).
     mapfile -t JOB_PIP < <(slime_extra_requirements math)
     ;;
   countdown)
     SLIME_PROMPT_DATA_HINT="python -m tempo_plugin.tasks.countdown --out data/countdown/train.jsonl --count 20000 --seed 0"
-    TASK_REWARD=tempo_plugin.backends.slime.rewards.countdown_reward   # 1 for an equation that reaches the target, else 0
+    TASK_REWARD=tempo_plugin.slime.rewards.countdown_reward   # 1 for an equation that reaches the target, else 0
     TASK_MAX_RESPONSE_LEN=1024   # Countdown answers are short (Qwen2.5-Math-1.5B's context is 4096)
     ;;
   *)

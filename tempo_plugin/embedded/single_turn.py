@@ -10,11 +10,11 @@ each scored R in {0, 1} by the task's verifier. Advantages per --advantage-estim
            critic loss = BCE-with-logits(z_t, R), per-sample token mean
 
 The actor takes one clipped policy-gradient step on A (slime's surrogate, ``PolicyTrainer``). For
-PPO and TPPO the critic is a separate model (``backends/local/critic.py``) with its own optimiser,
+PPO and TPPO the critic is a separate model (``embedded/value_model.py``) with its own optimiser,
 and the first --warmup-updates train the critic only.
 
 Writes policy/ (the actor; with --lora-rank its adapters only) and, for PPO/TPPO, critic/ (``critic.safetensors`` + ``critic.json``,
-``backends/local/critic.save_value_model``) to --out.
+``embedded/value_model.save_value_model``) to --out.
 
 Metrics per update: rollout/accuracy; critic/explained_variance = 1 - Var(R - V_t) / Var(R) over all
 response tokens (the values before the update, against the terminal reward); critic/value_mean;
@@ -32,11 +32,11 @@ import torch
 
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
-from tempo_plugin.backends.local.critic import ValueModel, save_value_model, token_increments, value_model_from_policy
-from tempo_plugin.backends.local.lora import apply_lora, save_model
-from tempo_plugin.backends.local.model import resolve_device
-from tempo_plugin.backends.local.sampler import LocalSampler
-from tempo_plugin.backends.local.trainer import chunk_by_token_budget, pad_rows
+from tempo_plugin.embedded.value_model import ValueModel, save_value_model, token_increments, value_model_from_policy
+from tempo_plugin.embedded.lora import apply_lora, save_model
+from tempo_plugin.embedded.model import resolve_device
+from tempo_plugin.samplers.local import LocalSampler
+from tempo_plugin.embedded.trainer import chunk_by_token_budget, pad_rows
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     load_policy_with_progress,
@@ -78,7 +78,7 @@ class Response:
 
 
 def make_task(cfg: TempoConfig) -> Any:
-    from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
+    from tempo_plugin.tiny.task_bootstrap import TINY_TASKS
     from tempo_plugin.tasks import make_task as make_named_task
 
     if cfg.task_name in TINY_TASKS and not cfg.model:

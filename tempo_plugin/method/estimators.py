@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GENERATIVE = "generative"  # the policy itself, prompted as a critic (TEMPO)
-VALUE_MODEL = "value model"  # a separate scalar critic (PPO, TPPO; backends/local/critic.py)
+VALUE_MODEL = "value model"  # a separate scalar critic (PPO, TPPO; embedded/value_model.py)
 NO_CRITIC = "none"
 
 
@@ -20,7 +20,7 @@ class Estimator:
     on_env: bool  # plays episodes of --env
     on_task: bool  # answers a single-turn --task (grpo does both: a task when one is given)
     critic: str  # GENERATIVE, VALUE_MODEL or NO_CRITIC
-    slime_rollout: str | None  # its rollout function in tempo_plugin.backends.slime.rollout (None: single-turn)
+    slime_rollout: str | None  # its rollout function in tempo_plugin.slime.rollout (None: single-turn)
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (

@@ -1,5 +1,5 @@
 """``TempoRollout``: every multi-turn update of ``method/`` on one run's sampler, chat protocol and
-environment pool. Both drivers (``embedded/multi_turn.py``, ``backends/slime/rollout.py``) hold one."""
+environment pool. Both drivers (``embedded/multi_turn.py``, ``slime/rollout.py``) hold one."""
 
 from __future__ import annotations
 

@@ -171,9 +171,9 @@ def server_alive(url: str) -> bool:
 
 def start_server(session: Session, model_dir: str, port: int, log: Path, timeout_s: float = 120.0,
                  wait: bool = True) -> subprocess.Popen:
-    """``python -m tempo_plugin.backends.local.serve`` on 127.0.0.1:port, in its own process group;
+    """``python -m tempo_plugin.embedded.serve`` on 127.0.0.1:port, in its own process group;
     returns once ``/health`` answers (at once without ``wait``)."""
-    command = [sys.executable, "-m", "tempo_plugin.backends.local.serve", "--model", model_dir,
+    command = [sys.executable, "-m", "tempo_plugin.embedded.serve", "--model", model_dir,
                "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
     process = session.popen(command, log, mode="a")
     if not wait:

@@ -1,5 +1,5 @@
 """Test-only rollout functions for slime (``--rollout-function-path recording_rollout.<name>``): each
-calls our real rollout function (tempo_plugin.backends.slime.rollout) unchanged, and records what
+calls our real rollout function (tempo_plugin.slime.rollout) unchanged, and records what
 the embedded runtime's update computed for that rollout, the ``UpdateBatch.samples`` (TrainSample:
 tokens, loss mask, old log-probs, per-token advantages, role, group), as JSON in
 ``<--save>/recorded/<update method>_<rollout id>.json``.
@@ -17,7 +17,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from tempo_plugin.backends.slime import rollout as slime_rollout
+from tempo_plugin.slime import rollout as slime_rollout
 from tempo_plugin.method.rollout import TempoRollout
 
 UPDATE_METHODS = ("warmup_update", "td_update", "episode_update", "stage_update")

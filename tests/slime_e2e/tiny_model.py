@@ -28,7 +28,7 @@ def ensure_model() -> Path:
     """The cached model directory, bootstrapped first if this machine has none."""
     import torch
 
-    from tempo_plugin.backends.local.model import build_bootstrapped_tiny, tiny_cache_dir
+    from tempo_plugin.embedded.model import build_bootstrapped_tiny, tiny_cache_dir
 
     cfg = config()
     if not (tiny_cache_dir(cfg) / "config.json").is_file():

@@ -5,9 +5,9 @@ Use in a recipe, with data written by ``python -m tempo_plugin.tasks.countdown -
 
     --prompt-data data/countdown/train.jsonl
     --input-key prompt --label-key label --apply-chat-template
-    --custom-rm-path tempo_plugin.backends.slime.rewards.countdown_reward
+    --custom-rm-path tempo_plugin.slime.rewards.countdown_reward
 
-and ``--custom-rm-path tempo_plugin.backends.slime.rewards.math_reward`` for math (needs
+and ``--custom-rm-path tempo_plugin.slime.rewards.math_reward`` for math (needs
 ``pip install -e .[math]``), ``...rewards.letters_reward`` for letters
 (``python -m tempo_plugin.tasks.letters --out ...``). Each hook reads ``sample.response`` and ``sample.label`` and returns 1.0
 or 0.0; given a list of samples (slime's ``--group-rm`` batch mode) it returns a list. Nothing here

@@ -1,6 +1,6 @@
 """An SGLang-compatible ``/generate`` server over the local runtime (loopback by default).
 
-    python -m tempo_plugin.backends.local.serve --model DIR [--host 127.0.0.1] [--port 30000]
+    python -m tempo_plugin.embedded.serve --model DIR [--host 127.0.0.1] [--port 30000]
 
 It serves the subset of SGLang's native API that slime's rollout uses: POST ``/generate`` with
 token-in ``input_ids`` (one list, or a list of lists), ``sampling_params`` (temperature, top_p,
@@ -355,11 +355,11 @@ def make_server(sampler: Sampler, host: str = "127.0.0.1", port: int = 30000, st
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from tempo_plugin.backends.local.model import load_pretrained, resolve_device
-    from tempo_plugin.backends.local.sampler import LocalSampler
+    from tempo_plugin.embedded.model import load_pretrained, resolve_device
+    from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.rollout.protocol import ChatProtocol
 
-    parser = argparse.ArgumentParser(prog="python -m tempo_plugin.backends.local.serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tempo_plugin.embedded.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="local Hugging Face model directory (e.g. a run's checkpoints/latest)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     parser.add_argument("--port", type=int, default=30000)

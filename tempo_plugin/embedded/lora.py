@@ -33,7 +33,7 @@ def base_reference(model: Any, given: str = "") -> str:
     warm-started or bootstrapped model's cache folder, a merged LoRA checkpoint's own directory),
     or ``given`` (``--model``) when that is a named model whose converted folder it was loaded from,
     or when the model was not loaded from a directory."""
-    from tempo_plugin.backends.local.named_models import NAMED_MODELS
+    from tempo_plugin.embedded.named_models import NAMED_MODELS
 
     loaded = str(getattr(model, "name_or_path", "") or "")
     named = NAMED_MODELS.get(given)
@@ -112,8 +112,8 @@ def load_adapted(directory: str | Path, device: torch.device, trainable: bool, c
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from tempo_plugin.backends.local.model import load_pretrained
-    from tempo_plugin.backends.local.named_models import NAMED_MODELS
+    from tempo_plugin.embedded.model import load_pretrained
+    from tempo_plugin.embedded.named_models import NAMED_MODELS
 
     base = adapter_base(directory)
     if base not in NAMED_MODELS and not (Path(base) / "config.json").is_file() and not is_adapter_dir(base):

@@ -40,7 +40,7 @@ def tiny_cache_dir(cfg: TempoConfig) -> Path:
         if cfg.env not in BUILT_IN:
             what.update(env_data=str(Path(cfg.env_data).resolve()) if cfg.env_data else "", env_version=TINY_ENV_VERSION)
     else:
-        from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
+        from tempo_plugin.tiny.task_bootstrap import TINY_TASKS
 
         entry = TINY_TASKS.get(cfg.task_name)
         what = {"task": cfg.task_name, "task_version": TINY_TASK_VERSION, "task_demo_version": entry.version if entry else 0}
@@ -52,8 +52,8 @@ def load_pretrained(directory: str, device: torch.device, cache_dir: str = "") -
     """A Hugging Face model directory, or a named model (``smollm2-135m``: converted once, then cached)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tempo_plugin.backends.local.lora import is_adapter_dir, load_adapted
-    from tempo_plugin.backends.local.named_models import model_directory
+    from tempo_plugin.embedded.lora import is_adapter_dir, load_adapted
+    from tempo_plugin.embedded.named_models import model_directory
 
     if is_adapter_dir(directory):  # a LoRA checkpoint: its base plus the adapters, merged
         return load_adapted(directory, device, trainable=False, cache_dir=cache_dir)
@@ -76,13 +76,13 @@ def build_bootstrapped_tiny(
     cfg: TempoConfig, device: torch.device, progress: Callable[[int, float], None] | None = None
 ) -> tuple[Any, Any]:
     """Load the cached bootstrapped tiny model, building and caching it first if needed."""
-    from tempo_plugin.backends.local.bootstrap import supervised_bootstrap, tokenizer_corpus
-    from tempo_plugin.backends.local.tiny import build_tiny_model, build_tokenizer
+    from tempo_plugin.tiny.bootstrap import supervised_bootstrap, tokenizer_corpus
+    from tempo_plugin.tiny.model import build_tiny_model, build_tokenizer
     from tempo_plugin.rollout.protocol import ChatProtocol
 
     single_turn = not cfg.multi_turn
     if single_turn:
-        from tempo_plugin.backends.local.task_bootstrap import TINY_TASKS
+        from tempo_plugin.tiny.task_bootstrap import TINY_TASKS
 
         if cfg.task_name not in TINY_TASKS:
             raise ConfigError(f"the built-in tiny model is bootstrapped on {', '.join(sorted(TINY_TASKS))} only; "
@@ -92,7 +92,7 @@ def build_bootstrapped_tiny(
         return load_pretrained(str(cache), device)
     torch.manual_seed(cfg.seed)
     if single_turn:
-        from tempo_plugin.backends.local.task_bootstrap import ANSWER_TAGS, task_bootstrap, task_corpus, tiny_task
+        from tempo_plugin.tiny.task_bootstrap import ANSWER_TAGS, task_bootstrap, task_corpus, tiny_task
 
         entry = tiny_task(cfg.task_name)
         task = entry.make()
@@ -100,7 +100,7 @@ def build_bootstrapped_tiny(
         bootstrap = lambda model, protocol: task_bootstrap(  # noqa: E731
             model, protocol, task, entry.demo, cfg.bootstrap_steps, cfg.seed, progress=progress)
     elif cfg.env not in BUILT_IN:
-        from tempo_plugin.backends.local.env_bootstrap import env_bootstrap, env_corpus
+        from tempo_plugin.tiny.env_bootstrap import env_bootstrap, env_corpus
         from tempo_plugin.envs import env_factory
 
         make_env = env_factory(cfg.env, cfg.bootstrap_t, cfg.env_data)
@@ -148,8 +148,8 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
     demonstrations (the tiny model's bootstrap data at a smaller batch), built once and cached.
     The token embeddings stay fixed: the demonstrations use a handful of tokens, and Adam would
     move the rest of a pretrained vocabulary for nothing."""
-    from tempo_plugin.backends.local.bootstrap import supervised_bootstrap
-    from tempo_plugin.backends.local.env_bootstrap import env_bootstrap
+    from tempo_plugin.tiny.bootstrap import supervised_bootstrap
+    from tempo_plugin.tiny.env_bootstrap import env_bootstrap
     from tempo_plugin.envs import env_factory
     from tempo_plugin.rollout.protocol import ChatProtocol
 

@@ -1,9 +1,9 @@
 """slime hooks for Temporal GRPO (algorithms.md section 3; math in ``tempo_plugin.algorithms.temporal_grpo``).
 
-Used with ``--rollout-function-path tempo_plugin.backends.slime.rollout.generate_temporal_grpo_rollout``
+Used with ``--rollout-function-path tempo_plugin.slime.rollout.generate_temporal_grpo_rollout``
 and ``--advantage-estimator grpo`` (no critic; slime's PPO-clip policy loss), two hooks:
 
-``--custom-reward-post-process-path tempo_plugin.backends.slime.temporal_grpo.post_process``
+``--custom-reward-post-process-path tempo_plugin.slime.temporal_grpo.post_process``
     Runs in the RolloutManager (``RolloutManager._post_process_rewards``, called by
     ``_convert_samples_to_train_data``). Returns ``raw_rewards`` = the episode returns (slime keeps
     them as ``raw_reward`` and logs them) and ``rewards`` = for each sample the list of its
@@ -11,7 +11,7 @@ and ``--advantage-estimator grpo`` (no critic; slime's PPO-clip policy loss), tw
     untouched (``_split_train_data_by_dp`` partitions it per data-parallel rank and does not
     tensorise it). A sample without those advantages (another rollout function) is refused.
 
-``--custom-advantage-function-path tempo_plugin.backends.slime.temporal_grpo.advantages``
+``--custom-advantage-function-path tempo_plugin.slime.temporal_grpo.advantages``
     Runs on the actor, on the last pipeline stage, after ``rollout_data["kl"]`` is set. Sets
     ``rollout_data["advantages"]`` = ``rollout_data["returns"]`` = the per-token advantages in the
     rank's context-parallel layout, and replaces the per-token reward lists by one number per
@@ -63,12 +63,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tempo_plugin.backends.slime.reward import scalar_reward
-from tempo_plugin.backends.slime.samples import TOKEN_ADVANTAGES
+from tempo_plugin.slime.reward import scalar_reward
+from tempo_plugin.slime.samples import TOKEN_ADVANTAGES
 from tempo_plugin.config import ConfigError
 
-ROLLOUT_FUNCTION = "tempo_plugin.backends.slime.rollout.generate_temporal_grpo_rollout"
-POST_PROCESS = "tempo_plugin.backends.slime.temporal_grpo.post_process"
+ROLLOUT_FUNCTION = "tempo_plugin.slime.rollout.generate_temporal_grpo_rollout"
+POST_PROCESS = "tempo_plugin.slime.temporal_grpo.post_process"
 
 
 # --------------------------------------------------------------------------------------------------

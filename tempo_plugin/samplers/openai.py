@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tempo_plugin.backends.slime.http_sampler import request_json
+from tempo_plugin.samplers.sglang_http import request_json
 from tempo_plugin.rollout.games import request_seed
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 

@@ -34,7 +34,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tempo_plugin.backends.local.bootstrap import Demo, backward_role_losses, supervised_steps
+from tempo_plugin.tiny.bootstrap import Demo, backward_role_losses, supervised_steps
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.tasks import Problem
 from tempo_plugin.tasks.countdown import CountdownTask

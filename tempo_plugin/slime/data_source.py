@@ -1,4 +1,4 @@
-"""slime data source ``--data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource``.
+"""slime data source ``--data-source-path tempo_plugin.slime.data_source.TempoDataSource``.
 
 TEMPO does not read prompts from a dataset: it plays games from seeds and resumes saved
 mid-episode states. What a data source is for in slime is what TEMPO needs kept: it lives in the
@@ -27,7 +27,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from tempo_plugin.backends.slime.settings import (
+from tempo_plugin.slime.settings import (
     check_global_batch_size,
     check_lr_schedule,
     optimiser_steps,
@@ -108,7 +108,7 @@ class TempoDataSource:
         if self._rollout is None:
             from transformers import AutoTokenizer
 
-            from tempo_plugin.backends.slime.http_sampler import HTTPSampler
+            from tempo_plugin.samplers.sglang_http import HTTPSampler
             from tempo_plugin.envs import env_factory
             from tempo_plugin.rollout.protocol import ChatProtocol
             from tempo_plugin.method.rollout import TempoRollout
@@ -151,7 +151,7 @@ class TempoDataSource:
     def get_samples(self, num_samples: int) -> list:
         raise RuntimeError(
             "TempoDataSource serves TEMPO's rollout functions only: set --rollout-function-path "
-            "tempo_plugin.backends.slime.rollout.generate_rollout (or generate_grpo_rollout)"
+            "tempo_plugin.slime.rollout.generate_rollout (or generate_grpo_rollout)"
         )
 
     def add_samples(self, samples: list) -> None:

@@ -2,14 +2,14 @@
 
 Two hooks, both for ``--advantage-estimator ppo`` (which gives slime its critic):
 
-``--custom-megatron-init-path tempo_plugin.backends.slime.tppo.init``
+``--custom-megatron-init-path tempo_plugin.slime.tppo.init``
     Runs on every train rank of the actor and of the critic, before the model is built. It rebinds
     ``slime.backends.megatron_utils.loss.value_loss_function`` (a module global that slime's loss
     dispatcher looks up on every call; the critic always trains with ``loss_type = "value_loss"``)
     to :func:`value_loss`, and makes the critic's head bias-free and zero-initialised (see
     :func:`init`). On the actor these globals are never used, so patching there is harmless.
 
-``--custom-advantage-function-path tempo_plugin.backends.slime.tppo.advantages``
+``--custom-advantage-function-path tempo_plugin.slime.tppo.advantages``
     Runs on the actor (slime clears this path for the critic when ``--megatron-config-path`` is
     used), on the last pipeline stage, after ``rollout_data["kl"]`` is set. It sets
     ``rollout_data["advantages"]`` and ``rollout_data["returns"]``.

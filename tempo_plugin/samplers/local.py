@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from tempo_plugin.backends.local.trainer import cache_argument, chunk_by_token_budget, pad_rows, token_logprobs
+from tempo_plugin.embedded.trainer import cache_argument, chunk_by_token_budget, pad_rows, token_logprobs
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 

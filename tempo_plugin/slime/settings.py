@@ -186,7 +186,7 @@ def check_global_batch_size(global_batch_size: int | None, counts: dict[str, int
         if count % global_batch_size != 0:
             raise ConfigError(
                 f"--global-batch-size {global_batch_size} does not divide the {count} samples of a {phase} rollout; "
-                f"slime would drop {count % global_batch_size} of them (see tempo_plugin/backends/slime/settings.py)"
+                f"slime would drop {count % global_batch_size} of them (see tempo_plugin/slime/settings.py)"
             )
 
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tempo_plugin.backends.slime.data_source import TempoDataSource
-from tempo_plugin.backends.slime.samples import from_episode, slime_groups
-from tempo_plugin.backends.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
+from tempo_plugin.slime.data_source import TempoDataSource
+from tempo_plugin.slime.samples import from_episode, slime_groups
+from tempo_plugin.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
 from tempo_plugin.config import ConfigError
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games
@@ -53,7 +53,7 @@ def slime_types() -> SimpleNamespace:
 def _tempo_source(data_source: Any) -> TempoDataSource:
     if not isinstance(data_source, TempoDataSource):
         raise ConfigError(
-            f"TEMPO's rollout function needs --data-source-path tempo_plugin.backends.slime.data_source.TempoDataSource "
+            f"TEMPO's rollout function needs --data-source-path tempo_plugin.slime.data_source.TempoDataSource "
             f"(got {type(data_source).__name__})"
         )
     return data_source

@@ -1,4 +1,4 @@
-"""slime hook ``--custom-reward-post-process-path tempo_plugin.backends.slime.reward.post_process``.
+"""slime hook ``--custom-reward-post-process-path tempo_plugin.slime.reward.post_process``.
 
 slime's built-in normalisation groups samples by position (groups of ``n_samples_per_prompt``, or
 the whole batch when the count differs), which cannot express TEMPO's groups: N actor branches per

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Callable, Iterator
 
-from tempo_plugin.backends.local.bootstrap import DEMO_GAME_OFFSET, Demo, backward_role_losses, supervised_steps
+from tempo_plugin.tiny.bootstrap import DEMO_GAME_OFFSET, Demo, backward_role_losses, supervised_steps
 from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_value
 from tempo_plugin.envs.base import Env
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action

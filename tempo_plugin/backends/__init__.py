@@ -1,1 +1,0 @@
-"""Runtimes: ``local`` (embedded, HF transformers) and ``slime`` (hooks for the slime framework)."""
