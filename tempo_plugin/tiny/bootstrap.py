@@ -6,9 +6,8 @@ names a palette colour that may not be there (the demonstration then recovers), 
 the hall moves are random admissible actions; so the policy is valid but has clear room to improve.
 Extra key-room decisions (the prompt up to a key room, one action trained) give the small model
 enough examples of reading the sign to *be able* to pick the right key; how often it does so is what
-RL has to raise. 64 of them per step (v12; 32 before): with 32, whether the model learned to read the
-sign within 150 steps depended on the seed (measurements in docs/experiments/environments.md, "The tiny
-model's bootstrap").
+RL has to raise. 64 of them per step: fewer left reading the sign to the luck of the seed (the
+measurements are in docs/experiments/environments.md, "The tiny model's bootstrap").
 
 Critic demonstrations are a short reasoning that restates the decisive hidden fact, followed by a
 value tied to it: "No plan can win." is followed by 0.00 (exact: the privileged information says
@@ -18,10 +17,7 @@ the reasoning also counts the keys still to choose (k, the decisions between the
 and the value is drawn as u^(k + 1/2), u uniform: a prior that knows nothing of the policy except
 that every decision left can lose (means 0.67, 0.40, 0.29, 0.22 for k = 0..3), and that leaves
 every value in (0, 1) possible, so no state starts with K identical answers. On the one-vault game
-the value is u. (v10 drew u after every winnable reasoning: its trained critics answered about the
-same value at every winnable state, 1 key left or 3, see docs/experiments/critic.md. An earlier bootstrap gave
-random values after both reasonings: the value was unrelated to the reasoning, "1.00" was a rare
-string, and the critic collapsed to one answer.)
+the value is u. Why not u everywhere, or random values after both reasonings: docs/experiments/critic.md.
 
 Demonstrations are rendered with the same ChatProtocol as the rollouts (same token extension), on
 games from a seed range disjoint from training and evaluation.
