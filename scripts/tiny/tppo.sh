@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# TPPO on the tiny letters task with the built-in tiny model, on CPU (15-20 minutes measured with a
-# second run sharing the 2 cores, the first run's bootstrap included). Extra arguments go to the
-# trainer and win, e.g.
+# TPPO on the tiny letters task with the built-in tiny model, on CPU (under 10 minutes on 2 cores from
+# a fresh clone, install and bootstrap included: docs/experiments/single-turn.md). Extra arguments go
+# to the trainer and win, e.g.
 #   bash scripts/tiny/tppo.sh --seed 1 --out runs/tppo-seed1
 #   bash scripts/tiny/tppo.sh --advantage-estimator ppo --out runs/ppo
 #   bash scripts/tiny/tppo.sh --advantage-estimator grpo
@@ -14,13 +14,13 @@ TPPO_ARGS=(
   --advantage-estimator tppo
   --task letters               # the trainer's own default is countdown (config.py)
   --bootstrap-steps 300        # supervised bootstrap of the tiny model (cached per seed)
-  --states-per-batch 32        # problems per update
-  --branches 4                 # responses per problem: 128 per update
+  --states-per-batch 16        # problems per update
+  --branches 4                 # responses per problem: 64 per update
   --warmup-updates 20          # critic-only updates first
   --td-updates 40              # then actor and critic together
   --max-assistant-tokens 12    # an answer is at most 10 tokens (<answer>, 7 letters, </answer>, end)
   --critic-learning-rate 1e-3
-  --critic-epochs 4            # critic optimiser steps per batch (1: EV ~0.25, 4: ~0.43, seed 0)
+  --critic-epochs 4            # critic optimiser steps per batch (why 4: docs/experiments/single-turn.md)
   --td-learning-rate 5e-5      # the actor's
   --eval-games 128             # held-out problems for the accuracy before and after
 )
