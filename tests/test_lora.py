@@ -17,8 +17,8 @@ import pytest
 import torch
 import yaml
 
-from tempo_plugin.embedded.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, apply_lora, load_adapted, save_model
-from tempo_plugin.embedded.model import load_pretrained
+from tempo_plugin.embedded.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, apply_lora, save_model
+from tempo_plugin.embedded.model import load_adapted, load_pretrained
 from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.embedded.trainer import PolicyTrainer, cache_argument, token_logprobs
 from tempo_plugin.config import ConfigError, TempoConfig

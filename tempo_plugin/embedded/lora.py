@@ -4,9 +4,9 @@ With ``--lora-rank R`` the policy is wrapped by ``apply_lora``: rank-R adapters 
 ``--lora-targets`` linear modules are the only trainable tensors, the base model stays frozen.
 A checkpoint then holds the adapters alone (``adapter_model.safetensors`` + ``adapter_config.json``,
 whose ``base_model_name_or_path`` names the base: a model directory or a named model).
-``load_adapted`` loads such a directory: the base (through ``model.load_pretrained``), then the
-adapters, trainable (``--resume``) or merged into a plain Hugging Face model (inference: eval,
-analysis, the ``/generate`` server).
+``model.load_adapted`` loads such a directory: the base, then the adapters, trainable
+(``--resume``) or merged into a plain Hugging Face model (inference: eval, analysis, the
+``/generate`` server).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Sequence
-
-import torch
 
 from tempo_plugin.config import ConfigError
 
@@ -103,35 +101,3 @@ def adapter_base(directory: str | Path) -> str:
     if not base:
         raise ConfigError(f"{path}: names no base model (base_model_name_or_path)")
     return base
-
-
-def load_adapted(directory: str | Path, device: torch.device, trainable: bool, cache_dir: str = "") -> tuple[Any, Any]:
-    """(model, tokenizer) of an adapter directory: the base it names, loaded with
-    ``model.load_pretrained``, plus the adapters. ``trainable``: a PeftModel whose adapters train;
-    else the adapters merged into the base, a plain Hugging Face model."""
-    from peft import PeftModel
-    from transformers import AutoTokenizer
-
-    from tempo_plugin.embedded.model import load_pretrained
-    from tempo_plugin.embedded.named_models import NAMED_MODELS
-
-    base = adapter_base(directory)
-    if base not in NAMED_MODELS and not (Path(base) / "config.json").is_file() and not is_adapter_dir(base):
-        raise ConfigError(f"{directory}: the base model of its LoRA adapters, {base} "
-                          f"({ADAPTER_CONFIG} base_model_name_or_path), is not there")
-    model, tokenizer = load_pretrained(base, device, cache_dir)
-    if (Path(directory) / "tokenizer_config.json").is_file():  # the checkpoint's own copy
-        tokenizer = AutoTokenizer.from_pretrained(directory)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-    model = PeftModel.from_pretrained(model, str(directory), is_trainable=trainable, torch_device=str(device))
-    if trainable:
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_("lora_" in name)
-        model.peft_config["default"].base_model_name_or_path = base
-    else:
-        model = model.merge_and_unload()
-        # adapters trained on this model record this directory as their base (it holds the merge)
-        model.name_or_path = model.config.name_or_path = str(Path(directory).resolve())
-    model.eval()
-    return model, tokenizer

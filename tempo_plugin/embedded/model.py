@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.embedded.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir
 from tempo_plugin.envs import BUILT_IN
 
 TINY_VERSION = 12  # bump when the tiny model, its tokenizer or its bootstrap data change
@@ -52,7 +53,6 @@ def load_pretrained(directory: str, device: torch.device, cache_dir: str = "") -
     """A Hugging Face model directory, or a named model (``smollm2-135m``: converted once, then cached)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tempo_plugin.embedded.lora import is_adapter_dir, load_adapted
     from tempo_plugin.embedded.named_models import model_directory
 
     if is_adapter_dir(directory):  # a LoRA checkpoint: its base plus the adapters, merged
@@ -68,6 +68,38 @@ def load_pretrained(directory: str, device: torch.device, cache_dir: str = "") -
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+
+def load_adapted(directory: str | Path, device: torch.device, trainable: bool, cache_dir: str = "") -> tuple[Any, Any]:
+    """(model, tokenizer) of an adapter directory: the base it names, loaded with
+    ``load_pretrained``, plus the adapters. ``trainable``: a PeftModel whose adapters train;
+    else the adapters merged into the base, a plain Hugging Face model."""
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from tempo_plugin.embedded.named_models import NAMED_MODELS
+
+    base = adapter_base(directory)
+    if base not in NAMED_MODELS and not (Path(base) / "config.json").is_file() and not is_adapter_dir(base):
+        raise ConfigError(f"{directory}: the base model of its LoRA adapters, {base} "
+                          f"({ADAPTER_CONFIG} base_model_name_or_path), is not there")
+    model, tokenizer = load_pretrained(base, device, cache_dir)
+    if (Path(directory) / "tokenizer_config.json").is_file():  # the checkpoint's own copy
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    model = PeftModel.from_pretrained(model, str(directory), is_trainable=trainable, torch_device=str(device))
+    if trainable:
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_("lora_" in name)
+        model.peft_config["default"].base_model_name_or_path = base
+    else:
+        model = model.merge_and_unload()
+        # adapters trained on this model record this directory as their base (it holds the merge)
+        model.name_or_path = model.config.name_or_path = str(Path(directory).resolve())
     model.eval()
     return model, tokenizer
 

@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from tempo_plugin.embedded.lora import apply_lora, load_adapted
-from tempo_plugin.embedded.model import load_pretrained, resolve_device
+from tempo_plugin.embedded.lora import apply_lora
+from tempo_plugin.embedded.model import load_adapted, load_pretrained, resolve_device
 from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig
