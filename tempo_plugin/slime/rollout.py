@@ -77,23 +77,24 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
 
 
 def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
-    source = _tempo_source(data_source)
-    types = slime_types()
-    if evaluation:
-        return evaluate(source, types)
-    rollout = source.rollout()
-    batch = run_update(rollout, phase("grpo", 0, rollout_id), rollout_id, source.next_game, source.store)
-    return train_output(batch, episode_sample_count(source.cfg), rollout_id, rollout, types)
+    return _episode_rollout("grpo", rollout_id, data_source, evaluation)
 
 
 def generate_temporal_grpo_rollout(args, rollout_id, data_source, evaluation=False):
+    return _episode_rollout("temporal_grpo", rollout_id, data_source, evaluation)
+
+
+def _episode_rollout(estimator: str, rollout_id: int, data_source: Any, evaluation: bool) -> Any:
+    """One rollout of an episode estimator (multi-turn GRPO, Temporal GRPO): S games x N complete
+    episodes; Temporal GRPO hands slime per-token advantages."""
     source = _tempo_source(data_source)
     types = slime_types()
     if evaluation:
         return evaluate(source, types)
     rollout = source.rollout()
-    batch = run_update(rollout, phase("temporal_grpo", 0, rollout_id), rollout_id, source.next_game, source.store)
-    return train_output(batch, episode_sample_count(source.cfg), rollout_id, rollout, types, token_advantages=True)
+    batch = run_update(rollout, phase(estimator, 0, rollout_id), rollout_id, source.next_game, source.store)
+    return train_output(batch, episode_sample_count(source.cfg), rollout_id, rollout, types,
+                        token_advantages=estimator == "temporal_grpo")
 
 
 def train_output(batch: UpdateBatch, count: int, rollout_id: int, rollout: Any, types: SimpleNamespace,
