@@ -30,6 +30,8 @@ class CriticCall:
 
 
 class CriticCalls(Play):
+    """The generative critic on the run's sampler: its prompt, K samples per state, their signals."""
+
     def critic_prompt(self, state: MacroState) -> list[int]:
         if self.cfg.critic_prompt == "reference":
             return self.protocol.render_prompt(reference_critic_messages(state.task, state.privileged_info, state.messages))

@@ -23,6 +23,8 @@ from tempo_plugin.rollout.samples import ACTOR, TrainSample, make_sample
 
 
 class EpisodeUpdates(Play):
+    """The two critic-free updates of complete episodes: multi-turn GRPO and Temporal GRPO."""
+
     def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
         """N = --branches complete episodes of each game; A_i = (R'_i - mean) / (std + eps) over the
         game's episodes (``algorithms.grpo``), R'_i = R_i - c u_i the episode return less the

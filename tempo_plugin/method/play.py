@@ -32,6 +32,8 @@ class UpdateBatch:
 
 @dataclass
 class Play:
+    """One run's sampler, chat protocol and environment pool, and what every update does with them."""
+
     cfg: TempoConfig
     sampler: Sampler
     protocol: ChatProtocol

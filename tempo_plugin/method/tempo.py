@@ -81,6 +81,8 @@ def mc_refresh_due(cfg: TempoConfig, update: int) -> bool:
 
 
 class TempoUpdates(CriticCalls):
+    """TEMPO's two updates: the critic-only warm-up (also the Monte-Carlo refresh) and the TD update."""
+
     def warmup_update(self, update: int, games: Sequence[int], max_states: int | None = None) -> UpdateBatch:
         """``max_states`` caps the boundary states valued (a uniform subset, fixed by ``update``)."""
         cfg = self.cfg
