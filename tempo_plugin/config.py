@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-
 from tempo_plugin.method.estimators import ESTIMATORS, NO_CRITIC
 
 

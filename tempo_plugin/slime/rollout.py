@@ -65,15 +65,15 @@ def generate_rollout(args, rollout_id, data_source, evaluation=False):
     if evaluation:
         return evaluate(source, types)
     cfg = source.cfg
+    rollout = source.rollout()
     name = phase("tempo", cfg.warmup_updates, rollout_id)
     # a warm-up values at most S states: its rollout holds S x K samples
-    batch = run_update(source.rollout(), name, rollout_id, source.next_game, source.store,
-                       max_warmup_states=cfg.states_per_batch)
+    batch = run_update(rollout, name, rollout_id, source.next_game, source.store, max_warmup_states=cfg.states_per_batch)
     if name == TD:
         source.store.add(batch.new_states)
     batch.metrics["store/size"] = float(len(source.store))
     count = warmup_sample_count(cfg) if name == WARMUP else td_sample_count(cfg)
-    return train_output(batch, count, rollout_id, source.rollout(), types)
+    return train_output(batch, count, rollout_id, rollout, types)
 
 
 def generate_grpo_rollout(args, rollout_id, data_source, evaluation=False):
