@@ -333,6 +333,29 @@ slime_ppo_args() {
   )
 }
 
+# slime_parallel_args TP MAX_TOKENS_PER_GPU MEM_FRACTION [recompute]: PERF_ARGS and SGLANG_ARGS for
+# one colocated node, from a model folder's parallel.sh (which says why it picks its values).
+# TP: GPUs each layer is split over (Megatron tensor parallelism, with sequence parallelism sharding
+# the activations between the same GPUs when TP > 1); each SGLang engine spans the same TP GPUs.
+# MAX_TOKENS_PER_GPU: micro-batches are packed up to this many tokens instead of a fixed size; it
+# must exceed the longest sample. MEM_FRACTION: the GPU memory share SGLang keeps for weights and KV
+# cache; the rest stays free for what Megatron keeps resident while colocated. "recompute": every
+# layer's activations are recomputed in the backward pass, memory for longer packed batches.
+# shellcheck disable=SC2034  # PERF_ARGS and SGLANG_ARGS are read by slime_launch
+slime_parallel_args() {
+  local tp=$1 max_tokens=$2 mem_fraction=$3
+  PERF_ARGS=(--tensor-model-parallel-size "$tp")
+  if [ "$tp" -gt 1 ]; then
+    PERF_ARGS+=(--sequence-parallel)
+  fi
+  PERF_ARGS+=(--pipeline-model-parallel-size 1 --context-parallel-size 1)
+  if [ "${4:-}" = recompute ]; then
+    PERF_ARGS+=(--recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+  fi
+  PERF_ARGS+=(--use-dynamic-batch-size --max-tokens-per-gpu "$max_tokens")
+  SGLANG_ARGS=(--rollout-num-gpus-per-engine "$tp" --sglang-mem-fraction-static "$mem_fraction")
+}
+
 # slime_recipe RECIPE_DIR ALGORITHM [ARGS...]: the start every method file shares. Checks the command
 # line and environment (slime_init), then loads the model's MODEL_ARGS (scripts/models/<dir>.sh),
 # the folder's PERF_ARGS and SGLANG_ARGS (parallel.sh), the shared arrays (slime_shared_args) and
