@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -548,6 +549,9 @@ def render(report: dict) -> str:
         f"{s['completion_tokens']} trained tokens each; 'shared': the {s['group_size']} samples of a group share their prompt; "
         f"'own game': every sample has its own. Micro-batches of at most {s['tokens_per_micro_batch']} padded tokens on both sides.",
     ]
+    skipped = [r for r in all_measurements(report) if "skipped" in r]
+    if skipped:
+        lines += ["", "Not measured:", ""] + [f"- {r['kind']} {r['side']} {r.get('batch')}: {r['skipped']}" for r in skipped]
     errors = [r for r in all_measurements(report) if "error" in r]
     if errors:
         lines += ["", "Errors:", ""] + [f"- {r['kind']} {r['side']} {r.get('batch')}: {' ... '.join(dict.fromkeys([r['error'].splitlines()[0], r['error'].splitlines()[-1]]))}"
@@ -618,6 +622,13 @@ def measurement_specs(args) -> list[dict]:
                     for batch in ("shared", "own") for side in ("ours", "plain", "lora")]
 
 
+def missing_extra(spec: dict) -> str:
+    """Why ``spec`` cannot be measured on this install ('' when it can): the LoRA rows need peft."""
+    if spec["side"] == "lora" and importlib.util.find_spec("peft") is None:
+        return "skipped: peft is not installed (pip install -e '.[smollm2]')"
+    return ""
+
+
 def spec_key(spec: dict) -> str:
     return json.dumps({k: spec.get(k) for k in ("kind", "side", "batch", "new_tokens")}, sort_keys=True)
 
@@ -659,7 +670,7 @@ def finished_measurements(path: Path, settings: dict) -> dict[str, dict]:
     if comparable_settings(old.get("settings", {})) != comparable_settings(settings):
         print(f"--resume: {path} was made with other settings; measuring everything again")
         return {}
-    return {spec_key(r): r for r in all_measurements(old) if "error" not in r and not r.get("pending")}
+    return {spec_key(r): r for r in all_measurements(old) if "error" not in r and "skipped" not in r and not r.get("pending")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -701,8 +712,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.perf_counter() - tic:6.0f}s] {spec['kind']:<8} {spec['side']:<8} "
                   f"{spec.get('batch')!s:<7} {spec.get('new_tokens', '')!s:<4} reused (--resume)", flush=True)
             continue
-        result = run_in_process(spec, args) if args.in_process else run_worker(spec, passed)
-        shown = result["error"].splitlines()[0] if "error" in result else (
+        missing = missing_extra(spec)
+        if missing:
+            result = {**spec, "skipped": missing}
+        else:
+            result = run_in_process(spec, args) if args.in_process else run_worker(spec, passed)
+        shown = result["error"].splitlines()[0] if "error" in result else result["skipped"] if "skipped" in result else (
             f"{result['tokens_per_s']:,.1f} tok/s, peak +{result['peak_growth_mb']:,.0f} MB")
         print(f"[{time.perf_counter() - tic:6.0f}s] {spec['kind']:<8} {spec['side']:<8} "
               f"{spec.get('batch')!s:<7} {spec.get('new_tokens', '')!s:<4} {shown}", flush=True)

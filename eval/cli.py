@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tempo_plugin.config import ConfigError
+from tempo_plugin.run_lock import writer_lock
 from tempo_plugin.runs import OneLineParser, UsageError
 
 from eval.benchmarks import GREEDY_TEMPERATURE, AgentBenchmark, MathBenchmark, Result, Settings
@@ -252,6 +253,12 @@ def run(argv: Sequence[str]) -> int:
     except OSError as error:
         raise UsageError(f"--out {args.out or json_path}: cannot create {json_path.parent} ({error.strerror})") from None
 
+    with writer_lock(json_path.with_name(f".{json_path.name}.lock"), "eval"):  # one writer per results file
+        return evaluate_and_write(args, argv, targets, benchmarks, json_path, md_path)
+
+
+def evaluate_and_write(args: argparse.Namespace, argv: Sequence[str], targets: list, benchmarks: list,
+                       json_path: Path, md_path: Path) -> int:
     import torch
     from transformers.utils import logging as transformers_logging
 

@@ -49,6 +49,22 @@ def pytest_make_collect_report(collector):
         report.longrepr = f"slime-facing test module skipped although TEMPO_SLIME_SRC is set: {report.longrepr}"
 
 
+def pytest_terminal_summary(terminalreporter):
+    """One line: what was skipped for want of an extra or slime's source, and the command that runs it."""
+    from tests.extras import FULL_COMMAND, summary_key
+
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        key = summary_key(reason)
+        if key:
+            counts[key] = counts.get(key, 0) + 1
+    if counts:
+        listed = ", ".join(f"{key} {n}" for key, n in sorted(counts.items()))
+        terminalreporter.write_line(
+            f"skipped for want of an optional install ({listed}); to run them: {FULL_COMMAND}")
+
 
 @pytest.fixture()
 def one_thread():

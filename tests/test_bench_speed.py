@@ -6,12 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
+
+from tests.extras import importable, needs_extra
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quick_speed_bench_reports_every_measurement(tiny_model, tokenizer, tmp_path):
+@pytest.fixture(scope="module")
+def quick_report(tokenizer, tmp_path_factory):
+    """bench/speed.py --quick on the tiny model, run once for this module's tests."""
+    from tempo_plugin.tiny.model import build_tiny_model
+
+    tmp_path = tmp_path_factory.mktemp("speed")
     model_dir = tmp_path / "tiny-model"
-    tiny_model.save_pretrained(model_dir)
+    torch.manual_seed(0)
+    build_tiny_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "results"
     # one thread and one process: the tiny model gains nothing from more, and a process per
@@ -23,8 +34,12 @@ def test_quick_speed_bench_reports_every_measurement(tiny_model, tokenizer, tmp_
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((out / "speed-tiny-model.json").read_text())
     assert (out / "speed-tiny-model.md").read_text().startswith("# Speed")
+    return json.loads((out / "speed-tiny-model.json").read_text())
+
+
+def test_quick_speed_bench_reports_every_measurement(quick_report):
+    report = quick_report
     assert report["machine"]["threads"] == 1 and report["machine"]["torch"]
 
     assert report["sampler"]
@@ -51,6 +66,13 @@ def test_quick_speed_bench_reports_every_measurement(tiny_model, tokenizer, tmp_
     assert shared["model_tokens"] < shared["tokens"]  # each group's prompt ran once
 
     assert [row["batch"] for row in report["lora"]] == ["shared", "own"]
+    if not importable("peft"):  # named as not measured, not an error
+        assert all("peft is not installed" in row["lora"]["skipped"] for row in report["lora"])
+
+
+@needs_extra("smollm2", "peft")
+def test_quick_speed_bench_measures_lora(quick_report):
+    report = quick_report
     for row in report["lora"]:
         lora = row["lora"]
         assert "error" not in lora, lora

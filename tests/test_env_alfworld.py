@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import import_extra
 
-pytest.importorskip("alfworld", reason="needs the alfworld extra: pip install -e .[alfworld]")
-pytest.importorskip("fast_downward", reason="needs the alfworld extra: pip install -e .[alfworld]")
+import_extra("alfworld", "alfworld")
+import_extra("alfworld", "fast_downward")
 
 from tempo_plugin.envs import alfworld as alf  # noqa: E402
 from tempo_plugin.envs.alfworld import ALFWorldEnv, discover_games, make_fixture_games  # noqa: E402

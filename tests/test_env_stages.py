@@ -19,6 +19,7 @@ import pickle
 from typing import Sequence
 
 import pytest
+from tests.extras import import_extra
 
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.envs.alfworld import ALFWorldEnv
@@ -41,7 +42,7 @@ ALFWORLD_PLANS = {
 
 @pytest.fixture(scope="module")
 def textworld_dir(tmp_path_factory) -> str:
-    pytest.importorskip("textworld", reason="needs the textworld extra: pip install -e .[textworld]")
+    import_extra("textworld", "textworld")
     from tempo_plugin.envs.textworld import make_games
 
     directory = tmp_path_factory.mktemp("textworld_games")
@@ -51,8 +52,8 @@ def textworld_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def alfworld_dir(tmp_path_factory) -> str:
-    pytest.importorskip("alfworld", reason="needs the alfworld extra: pip install -e .[alfworld]")
-    pytest.importorskip("fast_downward", reason="needs the alfworld extra: pip install -e .[alfworld]")
+    import_extra("alfworld", "alfworld")
+    import_extra("alfworld", "fast_downward")
     from tempo_plugin.envs.alfworld import make_fixture_games
 
     out = tmp_path_factory.mktemp("alfworld_games")

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import import_extra
 
-pytest.importorskip("textworld", reason="needs the textworld extra: pip install -e .[textworld]")
+import_extra("textworld", "textworld")
 
 from tempo_plugin.envs.textworld import TextWorldEnv, TextWorldSnapshot, make_games  # noqa: E402
 from tempo_plugin.rollout.engine import fresh_state  # noqa: E402

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tests.extras import import_extra
 
 from tempo_plugin.envs import (
     DEFAULT_EVAL_SPLIT,
@@ -78,8 +79,8 @@ def test_built_in_games_evaluate_on_the_same_environment():
 @pytest.fixture(scope="module")
 def alfworld_games(tmp_path_factory) -> list[Path]:
     """The two fixture games (game.tw-pddl files), assembled once."""
-    pytest.importorskip("alfworld", reason="needs the alfworld extra: pip install -e .[alfworld]")
-    pytest.importorskip("fast_downward", reason="needs the alfworld extra: pip install -e .[alfworld]")
+    import_extra("alfworld", "alfworld")
+    import_extra("alfworld", "fast_downward")
     from tempo_plugin.envs.alfworld import make_fixture_games
 
     games = make_fixture_games(tmp_path_factory.mktemp("alfworld_fixture_games"))
@@ -171,7 +172,7 @@ def test_alfworld_flat_fixture_folder_trains_but_does_not_evaluate(alfworld_game
 @pytest.fixture(scope="module")
 def textworld_layout(tmp_path_factory) -> Path:
     """<dir>/train (2 games) and <dir>/eval (2 held-out games), made once."""
-    pytest.importorskip("textworld", reason="needs the textworld extra: pip install -e .[textworld]")
+    import_extra("textworld", "textworld")
     from tempo_plugin.envs.textworld import make_layout
 
     root = tmp_path_factory.mktemp("textworld_layout")
@@ -240,7 +241,7 @@ def test_textworld_flat_folder_trains_and_gets_an_eval_folder(textworld_layout, 
 
 
 def test_textworld_cli_makes_the_layout(tmp_path):
-    pytest.importorskip("textworld", reason="needs the textworld extra: pip install -e .[textworld]")
+    import_extra("textworld", "textworld")
     out = tmp_path / "cli"
     command = [sys.executable, "-m", "tempo_plugin.envs.textworld", "--make-games", str(out)]
     done = subprocess.run(command + ["--count", "1", "--eval-count", "1", "--seed", "3"],

@@ -14,6 +14,7 @@ import time
 import urllib.request
 
 import pytest
+from tests.extras import import_extra
 import torch
 import yaml
 
@@ -26,7 +27,7 @@ from tempo_plugin.rollout.sampler import Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
 from tempo_plugin.runs import resolve_run
 
-peft = pytest.importorskip("peft")
+peft = import_extra("smollm2", "peft")
 
 TARGETS = TempoConfig.lora_targets
 CPU = torch.device("cpu")

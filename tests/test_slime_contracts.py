@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import SLIME_REASON
 
 ROOT = Path(__file__).resolve().parents[1]
 REWARD_POST_PROCESS = "tempo_plugin.slime.reward.post_process"
@@ -29,7 +30,7 @@ BEHAVIOURAL = "test_rollout_function_path_contract_supports_user_override"
 def slime_source() -> Path:
     spec = importlib.util.find_spec("slime")
     if spec is None or spec.origin is None:
-        pytest.skip("slime is not importable: set TEMPO_SLIME_SRC to slime's source folder")
+        pytest.skip(SLIME_REASON)
     source = Path(spec.origin).resolve().parents[1]
     if not (source / "tests" / "plugin_contracts").is_dir():
         pytest.skip(f"{source} has no tests/plugin_contracts (a source checkout of slime is needed)")

@@ -15,13 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import HAVE_SLIME, needs_extra, needs_slime
 
 ROOT = Path(__file__).resolve().parents[1]
 
-needs = pytest.mark.skipif(
-    importlib.util.find_spec("slime") is None or importlib.util.find_spec("megatron") is None,
-    reason="needs slime's source (TEMPO_SLIME_SRC) and megatron-core: pip install -e .[slime-test]",
-)
+needs = needs_slime if not HAVE_SLIME else needs_extra("slime-test", "megatron.core")
 
 
 @needs

@@ -42,13 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.extras import SLIME_REASON, import_extra
 import yaml
 
 SLIME_SRC = os.environ.get("TEMPO_SLIME_SRC", "")
 if not SLIME_SRC:
-    pytest.skip("TEMPO_SLIME_SRC (slime's source at the pinned commit) is not set", allow_module_level=True)
-pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[slime-test]')")
-pytest.importorskip("sglang_router", reason="sglang-router is not installed (pip install -e '.[slime-test]')")
+    pytest.skip(SLIME_REASON, allow_module_level=True)
+import_extra("slime-test", "ray")
+import_extra("slime-test", "sglang_router")
 
 E2E_DIR = Path(__file__).resolve().parent / "slime_e2e"
 sys.path.insert(0, str(E2E_DIR))

@@ -52,6 +52,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import HAVE_SLIME, needs_extra, needs_slime
 import torch
 
 from tempo_plugin.algorithms.losses import clipped_policy_loss
@@ -59,10 +60,7 @@ from tempo_plugin.algorithms.tppo import value_bce_loss
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("slime") is None or importlib.util.find_spec("megatron") is None,
-    reason="needs slime's source (TEMPO_SLIME_SRC) and megatron-core: pip install -e .[slime-test]",
-)
+pytestmark = needs_slime if not HAVE_SLIME else needs_extra("slime-test", "megatron.core")
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28  # the recipes' --eps-clip / --eps-clip-high
 PAD_MULTIPLIER = 128  # slime's --data-pad-size-multiplier default

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import needs_slime
 from test_recipes import PROMPT_RECIPES, RECIPES, run, setup, stubs, train_args  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +34,6 @@ MEGATRON_FLAGS = {
     "--attention-softmax-in-fp32", "--attention-backend",
 }
 
-needs_slime = pytest.mark.skipif(importlib.util.find_spec("slime") is None,
-                                 reason="slime is not importable: set TEMPO_SLIME_SRC to slime's source folder")
 
 
 def parse_with_slime(arg_lists: dict) -> dict:

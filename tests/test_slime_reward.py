@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 import pytest
+from tests.extras import SLIME_REASON
 
 from tempo_plugin.slime.reward import post_process
 
@@ -35,7 +36,7 @@ def test_plain_samples_fall_back_to_positional_groups_and_dict_rewards():
 
 
 def test_with_slimes_own_sample_class():
-    types = pytest.importorskip("slime.utils.types", reason="slime is not importable (put its source on PYTHONPATH)")
+    types = pytest.importorskip("slime.utils.types", reason=SLIME_REASON)
     args = SimpleNamespace(n_samples_per_prompt=2, reward_key=None)
     samples = [types.Sample(index=i, reward=r, group_index=g) for i, (r, g) in enumerate([(1.0, 7), (0.0, 7), (0.4, 8)])]
     raw, centred = post_process(args, samples)

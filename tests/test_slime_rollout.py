@@ -4,6 +4,7 @@ the HTTP Sampler, TempoDataSource and the rollout functions, producing slime Sam
 Uses slime's own Sample when slime is importable (its source on PYTHONPATH), stand-ins otherwise.
 """
 
+import dataclasses
 import random
 import re
 import zlib
@@ -22,7 +23,7 @@ from tempo_plugin.slime.data_source import TempoDataSource, state_path
 from tempo_plugin.slime.reward import post_process
 from tempo_plugin.slime.samples import RETURN, sample_advantage
 from tempo_plugin.slime.rollout import generate_grpo_rollout, generate_rollout
-from tempo_plugin.config import ConfigError
+from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.rollout.games import train_game
@@ -354,6 +355,41 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     source = TempoDataSource(args)
     # slime's flags fill the slime-owned settings; TD updates are the rollouts after the warm-up
     assert (source.cfg.states_per_batch, source.cfg.branches, source.cfg.td_updates, source.cfg.warmup_updates) == (2, 2, 2, 1)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("wandb", True, "'wandb' is set by --use-wandb on slime"),
+    ("wandb_project", "tempo", "'wandb_project' is set by --wandb-project on slime"),
+    ("eval_every", 5, "'eval_every' is set by --eval-interval on slime"),
+    ("max_env_steps", 1000, "'max_env_steps' has no effect on slime: .*--num-rollout"),
+    ("lora_alpha", 16, "'lora_alpha' has no effect on slime: LoRA is embedded-only"),
+    ("lora_targets", "q_proj", "'lora_targets' has no effect on slime: LoRA is embedded-only"),
+    ("allow_config_change", True, "'allow_config_change' has no effect on slime"),
+])
+def test_settings_slime_would_ignore_are_refused(tmp_path, tokenizer_dir, key, value, says):
+    args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1")
+    args.custom_config_path = write_yaml(tmp_path / "t.yaml", **{key: value})
+    with pytest.raises(ConfigError, match=says) as error:
+        settings.tempo_config_from_args(args)
+    assert "\n" not in str(error.value) and "remove it from the YAML" in str(error.value)
+
+
+READ_ON_SLIME = {
+    "preset", "macro_rounds", "critic_samples", "endpoint_samples", "warmup_updates", "warmup_games_per_batch",
+    "state_store_capacity", "fresh_share", "max_state_uses", "max_episode_steps", "r_max", "critic_reward",
+    "invalid_action_penalty", "prefix_is_clip", "prefix_is_normalise", "prefix_is_max_staleness",
+    "normalise_advantages", "critic_advantage_std", "unvalued_endpoint", "warmup_start_states", "critic_prompt",
+    "policy_loss", "restore", "env", "env_data", "vaults", "max_trajectory_tokens", "max_assistant_tokens",
+    "critic_max_tokens", "eval_games", "eval_split",
+}
+"""The TEMPO YAML keys the slime rollout reads (written out by hand: a new field must be placed)."""
+
+
+def test_every_setting_is_read_on_slime_or_refused_there():
+    fields = {f.name for f in dataclasses.fields(TempoConfig)}
+    refused = set(settings.SLIME_OWNED) | set(settings.EMBEDDED_ONLY) | set(settings.NOT_ON_SLIME)
+    assert not refused & READ_ON_SLIME
+    assert fields - refused == READ_ON_SLIME
 
 
 def test_rollout_function_needs_the_tempo_data_source(slime_types):

@@ -11,10 +11,9 @@ import importlib.util
 from types import SimpleNamespace
 
 import pytest
+from tests.extras import skip_module_without_slime
 
-if importlib.util.find_spec("slime") is None:
-    pytest.skip("slime is not importable: put its source on PYTHONPATH (see docs/slime.md)",
-                allow_module_level=True)
+skip_module_without_slime()
 
 from tempo_plugin.slime.samples import PADDING, slime_groups, step_order  # noqa: E402
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, make_sample  # noqa: E402

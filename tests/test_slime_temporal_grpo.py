@@ -20,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tests.extras import needs_slime
 import torch
 from test_slime_rollout import ScriptedPolicy, check_sample_arrays, flat, slime_args, write_yaml
 
@@ -35,8 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTION = "tempo_plugin.slime.rollout.generate_temporal_grpo_rollout"
 POST_PROCESS = "tempo_plugin.slime.temporal_grpo.post_process"
 ADVANTAGES = "tempo_plugin.slime.temporal_grpo.advantages"
-HAVE_SLIME = importlib.util.find_spec("slime") is not None
-needs_slime = pytest.mark.skipif(not HAVE_SLIME, reason="slime is not importable: put its source on PYTHONPATH")
 
 
 def runs(mask):

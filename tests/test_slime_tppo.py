@@ -16,14 +16,13 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from tests.extras import needs_slime
 import torch
 
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
 from tempo_plugin.slime import tppo
 
 ROOT = Path(__file__).resolve().parents[1]
-HAVE_SLIME = importlib.util.find_spec("slime") is not None
-needs_slime = pytest.mark.skipif(not HAVE_SLIME, reason="slime is not importable: put its source on PYTHONPATH")
 
 # (total_length, response_length): responses in one chunk, across chunks, prompt-heavy (a rank holds
 # nothing), total not divisible by 2 * cp_size, one-token prompt, empty response.

@@ -20,11 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.extras import skip_module_without_slime
 
-if importlib.util.find_spec("slime") is None:
-    pytest.skip(
-        "slime is not importable: put its source on PYTHONPATH (see docs/slime.md)", allow_module_level=True
-    )
+skip_module_without_slime()
 
 from test_slime_rollout import ScriptedPolicy, flat, slime_args  # noqa: E402
 

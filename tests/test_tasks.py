@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tests.extras import needs_extra
 
 from tempo_plugin.tasks import SYSTEM_PROMPT, TASKS, Problem, chat_messages, extract_answer, jsonl_record, make_task
 from tempo_plugin.tasks.countdown import CountdownTask, evaluate_expression, make_label
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 HAVE_MATH_VERIFY = importlib.util.find_spec("math_verify") is not None
 
-needs_math_verify = pytest.mark.skipif(not HAVE_MATH_VERIFY, reason="math-verify not installed (pip install -e .[math])")
+needs_math_verify = needs_extra("math", "math_verify")
 
 LABEL = make_label([25, 4, 7, 2], 107)  # 25 * 4 + 7 = 107
 

@@ -2,6 +2,7 @@
 
 import json
 
+from tempo_plugin.method import critic_calls
 from tempo_plugin.metrics import read_metrics
 from tempo_plugin.train import main
 
@@ -12,8 +13,13 @@ SMALL = [
 ]
 
 
-def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
+def test_short_run_writes_outputs_and_resumes(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
+    # A 3-step bootstrap's critic rarely writes a parseable <value>, and a state without one is not
+    # recorded in critic_values.jsonl. Reading a value off every critic text (its length mod 11,
+    # tenths: different texts give different values) makes every valued state recorded, so the
+    # file's bookkeeping over the resume is checked on real records.
+    monkeypatch.setattr(critic_calls, "parse_value", lambda text: (len(text) % 11) / 10)
     # --fresh-share 0: every TD start state comes from the store while it holds enough of them
     common = SMALL + ["--fresh-share", "0", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
     assert main(common + ["--td-updates", "1"]) == 0
@@ -42,12 +48,11 @@ def test_short_run_writes_outputs_and_resumes(tmp_path, capsys):
     records = read_metrics(out / "metrics.jsonl")
     updates = [r["update"] for r in records if r["phase"] in ("warmup", "td")]
     assert updates == [0, 1, 2]
-    # each valued state's critic estimate and target, at most one record per update after the resume
-    # (the 3-step bootstrap's critic rarely parses, so there may be no record at all; the pairs
-    # themselves are pinned by test_mc_refresh.test_warm_up_value_pairs_by_hand)
+    # each valued state's critic estimate and target: one record per update, update 2's written once
+    # although the resume replays it (the pairs themselves are pinned by
+    # test_mc_refresh.test_warm_up_value_pairs_by_hand)
     values = read_metrics(out / "critic_values.jsonl")
-    assert [r["update"] for r in values] == sorted({r["update"] for r in values})
-    assert {r["update"] for r in values} <= {0, 1, 2}
+    assert [r["update"] for r in values] == [0, 1, 2]
     for r in values:
         assert r["phase"] == ("warmup" if r["update"] == 0 else "td")
         assert len(r["estimate"]) == len(r["target"]) >= 1

@@ -5,11 +5,12 @@ import struct
 from pathlib import Path
 
 import pytest
+from tests.extras import import_extra
 
 from tempo_plugin.metrics import read_metrics
 from tempo_plugin.train import main
 
-pytest.importorskip("wandb")
+import_extra("wandb", "wandb")
 
 BLOCK = 32768
 HEADER = 7  # ":W&B", a 2-byte magic and a version byte; every record has a 7-byte header too

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs import HELD_OUT_SPLITS
-from tempo_plugin.runs import OneLineParser, UsageError
+from tempo_plugin.run_lock import run_folder_lock, writer_lock
+from tempo_plugin.runs import OneLineParser, UsageError, resolve_run
 from tempo_plugin.rollout.games import sub_seed
 
 from analysis.mc_critic.ground_truth import DEFAULT_BATCH_TOKENS
@@ -116,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         validate(args)
-        run(args)
+        with writer_lock(run_folder_lock(output_dir(args)), "mc-critic analysis"):  # one writer per --out
+            run(args)
     except (UsageError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -156,6 +158,11 @@ def _critic_name(names: set[str], base: str) -> str:
     return name
 
 
+def output_dir(args: argparse.Namespace) -> Path:
+    """--out, by default RUN/mc_critic."""
+    return Path(args.out) if args.out else resolve_run(args.run).path / "mc_critic"
+
+
 def run(args: argparse.Namespace) -> dict:
     import torch
     from tqdm import tqdm
@@ -164,7 +171,6 @@ def run(args: argparse.Namespace) -> dict:
     from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.rollout.protocol import ChatProtocol
     from tempo_plugin.rollout.sampler import SamplingParams
-    from tempo_plugin.runs import resolve_run
 
     from analysis.mc_critic import report
     from analysis.mc_critic.cache import ResultCache, settings_key, weights_identity
@@ -173,7 +179,7 @@ def run(args: argparse.Namespace) -> dict:
     ref = resolve_run(args.run)
     critic_refs = [resolve_run(path) for path in args.critic_model]  # fail on a bad path before any work
     cfg = ref.config or TempoConfig()
-    out = Path(args.out) if args.out else ref.path / "mc_critic"
+    out = output_dir(args)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:

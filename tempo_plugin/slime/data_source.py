@@ -35,6 +35,7 @@ from tempo_plugin.slime.settings import (
     tempo_config_from_args,
 )
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.run_lock import acquire, run_folder_lock
 from tempo_plugin.rollout.games import train_game
 from tempo_plugin.states.store import StateStore
 
@@ -84,6 +85,8 @@ class TempoDataSource:
     def __init__(self, args: Any) -> None:
         self.args = args
         check_shared_save_dir(getattr(args, "save", None), os.environ.get("TEMPO_LAUNCH_ID"))
+        if getattr(args, "save", None):  # one writer of SAVE_DIR/tempo, held until this process ends
+            acquire(run_folder_lock(Path(args.save) / "tempo"), "slime data source")
         self.cfg: TempoConfig = tempo_config_from_args(args)
         counts = sample_counts(self.cfg, str(getattr(args, "rollout_function_path", "")))
         check_global_batch_size(getattr(args, "global_batch_size", None), counts)

@@ -57,6 +57,9 @@ SLIME_OWNED: dict[str, str] = {
     "critic_init": "slime's critic construction",
     "critic_epochs": "--num-steps-per-rollout (critic samples share the actor's optimiser steps)",
     "task": "--prompt-data and --custom-rm-path",
+    "eval_every": "--eval-interval",
+    "wandb": "--use-wandb",
+    "wandb_project": "--wandb-project",
 }
 """TempoConfig fields a slime run takes from slime's own flags (value: where to set it instead)."""
 
@@ -68,6 +71,14 @@ EMBEDDED_ONLY: dict[str, str] = {
 }
 """TempoConfig fields (off at 0) the slime rollout does not implement: a YAML may not turn them on,
 and a slime run sets them to 0 whatever their local default."""
+
+NOT_ON_SLIME: dict[str, str] = {
+    "max_env_steps": "a slime run's length is --num-rollout; it does not stop on a count of environment steps",
+    "lora_alpha": "LoRA is embedded-only (slime trains the full weights at the pinned commit)",
+    "lora_targets": "LoRA is embedded-only (slime trains the full weights at the pinned commit)",
+    "allow_config_change": "slime resumes from --load with the flags of the new launch; there is no config check to allow past",
+}
+"""TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
 
 def rollout_estimator(rollout_function_path: str) -> str:
@@ -102,6 +113,8 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         name = str(key).replace("-", "_")
         if name in SLIME_OWNED:
             raise ConfigError(f"{path}: {key!r} is set by {SLIME_OWNED[name]} on slime; remove it from the YAML")
+        if name in NOT_ON_SLIME:
+            raise ConfigError(f"{path}: {key!r} has no effect on slime: {NOT_ON_SLIME[name]}; remove it from the YAML")
         if name in EMBEDDED_ONLY and value != 0:
             raise ConfigError(f"{path}: {key} {value!r}: {EMBEDDED_ONLY[name]}; remove it from the YAML (slime runs use 0)")
     warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
