@@ -253,12 +253,19 @@ def run(argv: Sequence[str]) -> int:
     except OSError as error:
         raise UsageError(f"--out {args.out or json_path}: cannot create {json_path.parent} ({error.strerror})") from None
 
+    recorded = {"command": [PROG, *argv], "envs": envs, "games": args.games, "eval_split": args.eval_split,
+                "math": args.math, "problems": args.problems, "k": args.k, "samples": args.samples, "seed": args.seed,
+                "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
+                "device": args.device, "greedy_temperature": GREEDY_TEMPERATURE,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     with writer_lock(json_path.with_name(f".{json_path.name}.lock"), "eval"):  # one writer per results file
-        return evaluate_and_write(args, argv, targets, benchmarks, json_path, md_path)
+        return evaluate_and_write(args, recorded, targets, benchmarks, json_path, md_path)
 
 
-def evaluate_and_write(args: argparse.Namespace, argv: Sequence[str], targets: list, benchmarks: list,
+def evaluate_and_write(args: argparse.Namespace, recorded: dict[str, Any], targets: list, benchmarks: list,
                        json_path: Path, md_path: Path) -> int:
+    """Evaluate every target on every benchmark; write results.json (``recorded``: the command and
+    its settings, then the results) and the markdown table."""
     import torch
     from transformers.utils import logging as transformers_logging
 
@@ -274,11 +281,6 @@ def evaluate_and_write(args: argparse.Namespace, argv: Sequence[str], targets: l
     names = [t.name for t in targets]
     bench_names = [b.name for b in benchmarks]
     table = markdown_table(names, bench_names, results)
-    recorded = {"command": [PROG, *argv], "envs": envs, "games": args.games, "eval_split": args.eval_split,
-                "math": args.math, "problems": args.problems, "k": args.k, "samples": args.samples, "seed": args.seed,
-                "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
-                "device": args.device, "greedy_temperature": GREEDY_TEMPERATURE,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     data = results_json(recorded, [t.describe() for t in targets], bench_names, results, seconds)
     json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md_path.write_text(table, encoding="utf-8")

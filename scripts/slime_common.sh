@@ -34,10 +34,11 @@
 #   TASK          math (default) or countdown: the task, where the recipe does not set one
 #
 # Multi-node (NUM_NODES > 1): run the recipe on the head node with MASTER_ADDR set to the head's
-# reachable address. Every other node joins the Ray cluster with
-#     ray start --address=$MASTER_ADDR:6379 --num-gpus $NUM_GPUS
-# (the recipe prints this line too). The submitted job waits until all NUM_NODES x NUM_GPUS GPUs
-# have registered before it places the actor, so the workers may join after the submit.
+# reachable address. Every other node joins the Ray cluster, and follows its relaunches, with
+#     SAVE_DIR=$SAVE_DIR MASTER_ADDR=$MASTER_ADDR NUM_GPUS=$NUM_GPUS bash scripts/join_node.sh
+# (the recipe prints this line too; leave it running). The submitted job waits until all
+# NUM_NODES x NUM_GPUS GPUs have registered before it places the actor, so the workers may join
+# after the submit.
 # What every node must see at the same path (a shared filesystem): SAVE_DIR (checkpoints, and the
 # TEMPO state store in SAVE_DIR/tempo, read and written by the RolloutManager, which Ray may place
 # on any node), TEMPO_CONFIG or PROMPT_DATA/EVAL_DATA, HF_CKPT, REF_CKPT, and this repository
@@ -46,7 +47,9 @@
 #
 # Every launch gets a new launch id. The Ray head, and through it every process of the job, runs
 # with it as TEMPO_LAUNCH_ID; SAVE_DIR/tempo_ray_head records it, so that the next launch on this
-# machine stops exactly those processes (and no other Ray cluster or SGLang server).
+# machine stops exactly those processes (and no other Ray cluster or SGLang server). join_node.sh
+# tags a worker node's Ray with the same id and, when SAVE_DIR/tempo_launch_id changes, stops that
+# node's processes of the old launch before it joins the new one.
 
 TEMPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -139,9 +142,14 @@ slime_init() {
       errors+=("PROMPT_DATA is not set: point it at $data_what; make one with: $SLIME_PROMPT_DATA_HINT")
     elif [ ! -f "$PROMPT_DATA" ]; then
       errors+=("PROMPT_DATA=$PROMPT_DATA is missing (no such file): make it with: $SLIME_PROMPT_DATA_HINT")
+    elif ! grep -q '[^[:space:]]' "$PROMPT_DATA"; then
+      errors+=("PROMPT_DATA=$PROMPT_DATA holds no prompts (no line that is not blank): make it with: $SLIME_PROMPT_DATA_HINT")
     fi
     if [ -n "${EVAL_DATA:-}" ] && [ ! -f "$EVAL_DATA" ]; then
       errors+=("EVAL_DATA=$EVAL_DATA is missing (no such file): point it at $data_what, or unset it")
+    elif [ -n "${EVAL_DATA:-}" ] && ! grep -q '[^[:space:]]' "$EVAL_DATA"; then
+      # slime's evaluation of an empty dataset yields no samples and fails deep inside its metrics
+      errors+=("EVAL_DATA=$EVAL_DATA holds no prompts (no line that is not blank), so its evaluation would yield no samples: point it at $data_what, or unset it")
     fi
   elif [ ! -f "$TEMPO_CONFIG" ]; then
     errors+=("TEMPO_CONFIG=$TEMPO_CONFIG is missing: point it at the TEMPO settings YAML")
@@ -455,31 +463,37 @@ slime_launch_pids() {
   } | sort -un
 }
 
-# slime_stop_previous: stops the processes that the previous launch with this SAVE_DIR left on this
-# machine (slime_launch_pids of the launch id recorded in SAVE_DIR/tempo_ray_head): the Ray head's
-# processes (GCS, raylet, dashboard, agents, workers) and the SGLang servers the workers started,
-# which can outlive their Ray actors. TERM first; KILL for whatever still runs 10 s later.
-slime_stop_previous() {
-  local marker="$SAVE_DIR/tempo_ray_head" id pids=() alive=() pid tries=0
-  [ -s "$marker" ] || return 0
-  id="$(<"$marker")"
-  mapfile -t pids < <(slime_launch_pids "$id")
-  if [ "${#pids[@]}" -gt 0 ]; then
-    echo "stopping the processes left by the previous launch ($id): ${pids[*]}"
-    kill -TERM "${pids[@]}" 2>/dev/null || true
-    while :; do
-      alive=()
-      for pid in "${pids[@]}"; do
-        if kill -0 "$pid" 2>/dev/null; then alive+=("$pid"); fi
-      done
-      if [ "${#alive[@]}" -eq 0 ] || [ "$tries" -ge 10 ]; then break; fi
-      sleep 1
-      tries=$((tries + 1))
+# slime_stop_launch LAUNCH_ID: stops this machine's processes of the launch LAUNCH_ID
+# (slime_launch_pids): TERM first; KILL for whatever still runs 10 s later.
+slime_stop_launch() {
+  local pids=() alive=() pid tries=0
+  mapfile -t pids < <(slime_launch_pids "$1")
+  [ "${#pids[@]}" -gt 0 ] || return 0
+  echo "stopping the processes of launch $1 on $(hostname): ${pids[*]}"
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  while :; do
+    alive=()
+    for pid in "${pids[@]}"; do
+      if kill -0 "$pid" 2>/dev/null; then alive+=("$pid"); fi
     done
-    if [ "${#alive[@]}" -gt 0 ]; then
-      kill -KILL "${alive[@]}" 2>/dev/null || true
-    fi
+    if [ "${#alive[@]}" -eq 0 ] || [ "$tries" -ge 10 ]; then break; fi
+    sleep 1
+    tries=$((tries + 1))
+  done
+  if [ "${#alive[@]}" -gt 0 ]; then
+    kill -KILL "${alive[@]}" 2>/dev/null || true
   fi
+}
+
+# slime_stop_previous: stops the processes that the previous launch with this SAVE_DIR left on this
+# machine (the launch id recorded in SAVE_DIR/tempo_ray_head): the Ray head's processes (GCS,
+# raylet, dashboard, agents, workers) and the SGLang servers the workers started, which can outlive
+# their Ray actors. The other nodes' processes are stopped by their scripts/join_node.sh, which sees
+# the new id in SAVE_DIR/tempo_launch_id.
+slime_stop_previous() {
+  local marker="$SAVE_DIR/tempo_ray_head"
+  [ -s "$marker" ] || return 0
+  slime_stop_launch "$(<"$marker")"
   rm -f "$marker"
 }
 
@@ -516,7 +530,8 @@ slime_launch() {
   launch_id="$(slime_new_launch_id)"
   local ray_start=(ray start --head --node-ip-address "$MASTER_ADDR" --num-gpus "$NUM_GPUS"
     --disable-usage-stats "--dashboard-host=${RAY_DASHBOARD_HOST:-127.0.0.1}" --dashboard-port=8265)
-  local ray_worker=(ray start "--address=$MASTER_ADDR:6379" --num-gpus "$NUM_GPUS")
+  local ray_worker=(env "SAVE_DIR=$SAVE_DIR" "MASTER_ADDR=$MASTER_ADDR" "NUM_GPUS=$NUM_GPUS"
+    bash "$TEMPO_ROOT/scripts/join_node.sh")
   local ray_submit=(ray job submit --address=http://127.0.0.1:8265
     "--runtime-env-json=$(slime_runtime_env_json "$launch_id")"
     -- python3 "$SLIME_DIR/train.py" "${train_args[@]}")

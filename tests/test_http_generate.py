@@ -203,3 +203,69 @@ def test_http_sampler_does_not_resend_a_generation_that_timed_out():
     assert len(calls) == 1
     server.shutdown()
     server.server_close()
+
+
+def test_a_dead_server_is_named_once_its_health_check_has_failed_for_the_timeout():
+    """A server that stops answering is named after ``health_timeout_s`` of failed /health checks,
+    not after all of slime's 60 one-second retries."""
+    import socket
+    import time
+
+    from tempo_plugin.samplers.sglang_http import GenerationError
+    from tempo_plugin.rollout.sampler import Request, SamplingParams
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sampler = HTTPSampler(f"http://127.0.0.1:{port}/generate", retry_delay_s=0.05, health_timeout_s=0.5)
+    assert sampler.max_retries == 60
+    tic = time.monotonic()
+    with pytest.raises(GenerationError) as error:
+        sampler.generate([Request([1], 4)], SamplingParams(), seed=0)
+    elapsed = time.monotonic() - tic
+    assert 0.5 <= elapsed < 0.05 * 60  # the health timeout, well before the retries run out
+    message = str(error.value)
+    assert message.startswith(f"the SGLang server at http://127.0.0.1:{port} is down: http://127.0.0.1:{port}/generate unreachable")
+    assert f"http://127.0.0.1:{port}/health has not answered for" in message and "\n" not in message
+
+
+def test_a_live_server_answering_5xx_keeps_its_retries():
+    """An engine that answers /health but 503 on /generate (restarting behind the router) is retried
+    past the health timeout until it answers."""
+    import http.server
+    import threading
+
+    from tempo_plugin.rollout.sampler import Request, SamplingParams
+
+    posts = []
+
+    class Restarting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append(1)
+            if len(posts) <= 8:
+                self.send_response(503)
+                self.end_headers()
+                return
+            body = json.dumps({"text": "ok", "meta_info": {
+                "output_token_logprobs": [[-0.5, 7, None]], "finish_reason": {"type": "stop"}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Restarting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+    (completion,) = HTTPSampler(url, retry_delay_s=0.05, health_timeout_s=0.1).generate(
+        [Request([1], 4)], SamplingParams(), seed=0)
+    assert completion.token_ids == [7] and len(posts) == 9  # 8 x 0.05 s of 503s outlast the 0.1 s health timeout
+    server.shutdown()
+    server.server_close()

@@ -24,7 +24,7 @@ REFERENCE = {
     "unvalued_endpoint": "zero", "warmup_start_states": False, "critic_prompt": "reference",
     "policy_loss": "importance_sampling",
 }
-"""The method as published, written out here by hand (algorithms.md section 1)."""
+"""The method as published, written out here by hand (docs/algorithms.md section 1.9)."""
 
 
 def test_the_preset_sets_every_reference_value_and_nothing_else():

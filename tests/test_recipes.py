@@ -343,7 +343,9 @@ def test_dry_run_train_arguments(recipe, stubs, setup):
     assert ("--untie-embeddings-and-output-weights" in args) == (model == "8B")
 
     # the flags TEMPO must not get (see the recipe comments), and no W&B without a key
-    for absent in ("--disable-rollout-global-dataset", "--log-passrate", "--num-steps-per-rollout", "--use-wandb"):
+    # --use-rollout-logprobs: slime's recomputed old log-probs are the ones the losses need (docs/slime.md)
+    for absent in ("--disable-rollout-global-dataset", "--log-passrate", "--num-steps-per-rollout", "--use-wandb",
+                   "--use-rollout-logprobs"):
         assert absent not in args
 
 
@@ -390,8 +392,9 @@ def test_multi_node(recipe, stubs, setup):
     head = printed_command(result.stdout, "ray start --head")
     assert head[head.index("--node-ip-address") + 1] == "10.0.0.1"
     assert head[head.index("--num-gpus") + 1] == "4"
-    assert printed_command(result.stdout, "ray start --address") == [
-        "ray", "start", "--address=10.0.0.1:6379", "--num-gpus", "4",
+    assert printed_command(result.stdout, "env SAVE_DIR=") == [
+        "env", f"SAVE_DIR={setup['SAVE_DIR']}", "MASTER_ADDR=10.0.0.1", "NUM_GPUS=4",
+        "bash", str(SCRIPTS / "join_node.sh"),
     ]
 
 
@@ -444,7 +447,8 @@ def test_launch_clears_leftovers_starts_ray_and_submits(stubs, setup):
     submitted = calls[2][calls[2].index("--") + 3:]
     assert values(submitted, "--num-rollout") == ["300", "5"]
     assert value(submitted, "--actor-num-nodes") == "2"
-    assert "ray start --address=127.0.0.1:6379 --num-gpus 8" in result.stdout
+    # the other nodes join through join_node.sh, which follows this launch's id in SAVE_DIR
+    assert "MASTER_ADDR=127.0.0.1 NUM_GPUS=8 bash " in result.stdout and "scripts/join_node.sh" in result.stdout
 
 
 @all_recipe_params
@@ -571,6 +575,56 @@ def test_relaunch_stops_only_the_processes_of_the_previous_launch(stubs, setup):
             proc.wait()
 
 
+def test_a_joined_node_follows_relaunches_stopping_only_the_old_launchs_processes(tmp_path):
+    """scripts/join_node.sh on a worker node: joins with the id in SAVE_DIR/tempo_launch_id; when a
+    relaunch writes a new id it stops this node's processes of the old launch (TERM) and joins the
+    new one; TERM to the script stops the current launch's processes; other processes live on."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "ray.log"
+    (bin_dir / "ray").write_text(f'#!/usr/bin/env bash\nprintf "%s %s\\n" "${{TEMPO_LAUNCH_ID-}}" "$*" >> {log}\n')
+    (bin_dir / "ray").chmod(0o755)
+    save = tmp_path / "save"
+    save.mkdir()
+    (save / "tempo_launch_id").write_text("tempo-a\n")
+    env = {k: v for k, v in os.environ.items() if k not in RECIPE_ENV}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", SAVE_DIR=str(save), MASTER_ADDR="10.0.0.1",
+               NUM_GPUS="4", TEMPO_JOIN_POLL_S="0.1")
+
+    def tagged(launch):
+        return subprocess.Popen(["sleep", "60"], env={**env, "TEMPO_LAUNCH_ID": launch})
+
+    def wait_for(condition, what):
+        deadline = time.monotonic() + 10
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    def joined():
+        return log.read_text().splitlines() if log.exists() else []
+
+    procs = {}
+    join = subprocess.Popen(["bash", str(SCRIPTS / "join_node.sh")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(joined()) == 1, "the node did not join")
+        assert joined() == ["tempo-a start --address=10.0.0.1:6379 --num-gpus 4"]
+        procs = {name: tagged(name) for name in ("tempo-a", "tempo-b", "tempo-other")}
+        (save / "tempo_launch_id").write_text("tempo-b\n")  # the head relaunched
+        assert procs["tempo-a"].wait(timeout=10) == -15
+        wait_for(lambda: len(joined()) == 2, "the node did not join the new launch")
+        assert joined()[1] == "tempo-b start --address=10.0.0.1:6379 --num-gpus 4"
+        assert procs["tempo-b"].poll() is None and procs["tempo-other"].poll() is None
+        join.send_signal(signal.SIGTERM)
+        assert join.wait(timeout=15) == 130
+        assert procs["tempo-b"].wait(timeout=5) == -15
+        assert procs["tempo-other"].poll() is None
+    finally:
+        for proc in [join, *procs.values()]:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
 # ---------------------------------------------------------------- tempo.yaml
 
 
@@ -685,6 +739,13 @@ def test_nonexistent_prompt_or_eval_data_is_reported(recipe, stubs, setup, tmp_p
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert "EVAL_DATA" in line and "no-eval.jsonl" in line
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    for name in ("PROMPT_DATA", "EVAL_DATA"):
+        result = run(recipe, stubs, **{**setup, name: str(empty)})
+        assert result.returncode == 2
+        [line] = result.stderr.splitlines()
+        assert f"{name}={empty} holds no prompts" in line, line
     assert stub_calls(stubs) == []
 
 
@@ -790,7 +851,7 @@ def test_eval_data_adds_a_named_eval_set(recipe, stubs, setup, tmp_path):
 
 def test_prompt_data_paths_become_absolute(stubs, setup, tmp_path):
     relative = {k: os.path.relpath(v, tmp_path) for k, v in setup.items()}
-    (tmp_path / "eval.jsonl").write_text("")
+    (tmp_path / "eval.jsonl").write_text('{"prompt": [], "label": "1"}\n')
     result = run("qwen3-4B/ppo.sh", stubs, "--dry-run", cwd=tmp_path, EVAL_DATA="eval.jsonl", **relative)
     assert result.returncode == 0, result.stderr
     args = train_args(result.stdout, setup["SLIME_DIR"])
@@ -864,7 +925,7 @@ def test_an_unknown_task_is_reported(stubs, setup):
 
 
 ALL_SCRIPTS = sorted(
-    [SCRIPTS / "slime_common.sh", SCRIPTS / "launch.sh", *(SCRIPTS / "methods").glob("*.sh"),
+    [SCRIPTS / "slime_common.sh", SCRIPTS / "launch.sh", SCRIPTS / "join_node.sh", *(SCRIPTS / "methods").glob("*.sh"),
      *(SCRIPTS / "models").glob("qwen*.sh"), *SCRIPTS.glob("qwen*/parallel.sh"),
      *(SCRIPTS / r for r in RECIPES), *(SCRIPTS / r for r in PROMPT_RECIPES)]
 )

@@ -365,6 +365,10 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     ("lora_alpha", 16, "'lora_alpha' has no effect on slime: LoRA is embedded-only"),
     ("lora_targets", "q_proj", "'lora_targets' has no effect on slime: LoRA is embedded-only"),
     ("allow_config_change", True, "'allow_config_change' has no effect on slime"),
+    ("readiness_gate", False, "'readiness_gate' has no effect on slime: .*embedded runtime only"),
+    ("value_loss_weight", 2.0, "'value_loss_weight' has no effect on slime: .*embedded runtime only"),
+    ("audit_weight", 1.0, "audit_weight 1.0: the audit branches .* embedded runtime only"),
+    ("critic_value", "expected", "critic_value 'expected': .*the slime rollout trains the sampled critic only"),
 ])
 def test_settings_slime_would_ignore_are_refused(tmp_path, tokenizer_dir, key, value, says):
     args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1")
@@ -380,7 +384,7 @@ READ_ON_SLIME = {
     "invalid_action_penalty", "prefix_is_clip", "prefix_is_normalise", "prefix_is_max_staleness",
     "normalise_advantages", "critic_advantage_std", "unvalued_endpoint", "warmup_start_states", "critic_prompt",
     "policy_loss", "restore", "env", "env_data", "vaults", "max_trajectory_tokens", "max_assistant_tokens",
-    "critic_max_tokens", "eval_games", "eval_split",
+    "critic_max_tokens", "eval_games", "eval_split", "critic_value",
 }
 """The TEMPO YAML keys the slime rollout reads (written out by hand: a new field must be placed)."""
 
@@ -462,12 +466,13 @@ def test_state_files_are_json_and_only_the_newest_are_kept(tmp_path, tokenizer, 
         source.save(rollout_id)
     folder = state_path(args.save, 0).parent
     assert KEEP_STATE_FILES == 2
-    assert sorted(p.name for p in folder.iterdir()) == ["state_10.json", "state_11.json"]
+    # .lock: the data source's writer lock (tempo_plugin.run_lock), never pruned
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "state_10.json", "state_11.json"]
     payload = json.loads(state_path(args.save, 11).read_text())  # plain data: nothing runs when it loads
     assert payload["game_cursor"] == source.game_cursor and len(payload["store"]["states"]) == len(source.store)
     (folder / "state_notes.json").write_text("{}")  # not a state file: left alone
     assert prune_state_files(folder, keep=1) == [folder / "state_10.json"]
-    assert sorted(p.name for p in folder.iterdir()) == ["state_11.json", "state_notes.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "state_11.json", "state_notes.json"]
 
 
 def test_requests_are_seeded_under_slimes_deterministic_inference_flag(tmp_path, tokenizer_dir):

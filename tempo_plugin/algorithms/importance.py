@@ -1,4 +1,4 @@
-"""Prefix importance-sampling correction for restored start states (algorithms.md section 1.15).
+"""Prefix importance-sampling correction for restored start states (docs/algorithms.md section 1.6).
 
 A start state s was reached by a prefix whose assistant tokens y_j were sampled by older policies
 pi_old_j. The environment's transition probabilities cancel in the prefix likelihood ratio, so only

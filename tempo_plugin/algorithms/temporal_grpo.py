@@ -1,4 +1,4 @@
-"""Temporal GRPO: stage-conditioned advantages (algorithms.md section 3).
+"""Temporal GRPO: stage-conditioned advantages (docs/algorithms.md section 3).
 
 A task is a linear prerequisite chain of stages m_1 -> ... -> m_K, the last one being task success.
 For a group of rollouts i = 1..N of one task:

@@ -1,4 +1,4 @@
-"""TPPO: tracking-value PPO (algorithms.md section 2). Pure torch on one sample's response tokens.
+"""TPPO: tracking-value PPO (docs/algorithms.md section 2). Pure torch on one sample's response tokens.
 
 A scalar critic f_phi outputs one *logit increment* per response position (slime's value head, the
 value at the position before each response token). For response tokens t = 1..T:

@@ -2,7 +2,8 @@
 
 A run folder holds config.yaml, metrics.jsonl and, for multi-turn runs, checkpoints/latest
 (weights, optimiser, state store, RNG states, ``Progress``), written so that a crash never leaves a
-half checkpoint. ``prepare_out`` checks --out and --resume before any work starts.
+half checkpoint, with the one before in checkpoints/latest.prev; --resume loads the newest one
+that reads back whole. ``prepare_out`` checks --out and --resume before any work starts.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 import yaml
 
+from tempo_plugin.embedded.checkpoint_integrity import checkpoint_damage
 from tempo_plugin.embedded.lora import is_adapter_dir, save_model
 from tempo_plugin.embedded.model import load_policy
 from tempo_plugin.embedded.trainer import PolicyTrainer
@@ -37,6 +40,7 @@ class Progress:
     env_steps: int = 0  # environment steps of all training rollouts so far
     start_depths: dict[str, int] = field(default_factory=dict)  # TD start states by macro index
     identical_streak: int = 0  # consecutive updates with a collapsed critic (IDENTICAL_WARNING)
+    audits: list[list[float]] = field(default_factory=list)  # the readiness gate's recent (estimate, outcome) pairs
 
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
@@ -53,22 +57,66 @@ def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torc
     (tmp / "rng.json").write_text(json.dumps(rng_state()))
     (tmp / "progress.json").write_text(json.dumps(progress.__dict__))
     # At every point one complete checkpoint exists: ``directory``, or the previous one in ``.old``
-    # (a run resumed from ``.old`` keeps it until the new one is in place); see checkpoint_to_resume.
-    old = directory.with_name(directory.name + ".old")
+    # (a run resumed from ``.old`` keeps it until the new one is in place). The one before stays in
+    # ``.prev``: the fallback when ``directory`` turns out damaged on --resume (see resume_checkpoint).
+    old, prev = (directory.with_name(directory.name + suffix) for suffix in (".old", ".prev"))
     if directory.exists():
         shutil.rmtree(old, ignore_errors=True)
         directory.rename(old)
     tmp.rename(directory)
-    shutil.rmtree(old, ignore_errors=True)
+    if old.exists():
+        shutil.rmtree(prev, ignore_errors=True)
+        old.rename(prev)
+
+
+CHECKPOINT_SUFFIXES = ("", ".old", ".prev")
+"""Where a checkpoint may be, newest first: the last one saved, the one a save was replacing when
+it crashed, the one before (``save_checkpoint``)."""
+
+
+def checkpoint_candidates(directory: Path) -> list[Path]:
+    """The checkpoint folders of ``directory`` that exist, newest first."""
+    return [c for c in (directory.with_name(directory.name + s) for s in CHECKPOINT_SUFFIXES) if c.is_dir()]
 
 
 def checkpoint_to_resume(directory: Path) -> Path | None:
-    """``directory`` when it holds a complete checkpoint; else the previous one that
-    ``save_checkpoint`` moved to ``<name>.old`` before a crash; None when there is neither."""
-    for candidate in (directory, directory.with_name(directory.name + ".old")):
-        if (candidate / "progress.json").is_file():
-            return candidate
-    return None
+    """The newest checkpoint folder that holds a ``Progress`` (None when there is none). After
+    ``prepare_out`` has set damaged ones aside this is the one ``resume_checkpoint`` chose."""
+    return next((c for c in checkpoint_candidates(directory) if (c / "progress.json").is_file()), None)
+
+
+@dataclass
+class ResumeChoice:
+    """The checkpoint --resume loads, and the newer ones that are damaged (each with its problems)."""
+
+    checkpoint: Path | None
+    damaged: list[tuple[Path, list[str]]]
+
+
+def resume_checkpoint(directory: Path) -> ResumeChoice:
+    """The newest intact checkpoint of ``directory`` (``checkpoint_integrity``); changes nothing."""
+    damaged = []
+    for candidate in checkpoint_candidates(directory):
+        problems = checkpoint_damage(candidate)
+        if not problems:
+            return ResumeChoice(candidate, damaged)
+        damaged.append((candidate, problems))
+    return ResumeChoice(None, damaged)
+
+
+def set_aside(folder: Path) -> Path:
+    """Rename a damaged checkpoint to ``<name>.damaged`` (``.damaged.N`` when taken): kept, never
+    deleted, and out of the save rotation, which would otherwise replace an intact one with it."""
+    target, n = folder.with_name(folder.name + ".damaged"), 1
+    while target.exists():
+        target, n = folder.with_name(f"{folder.name}.damaged.{n}"), n + 1
+    folder.rename(target)
+    return target
+
+
+def damage_line(problems: list[str]) -> str:
+    more = f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})" if len(problems) > 1 else ""
+    return problems[0] + more
 
 
 def rng_state() -> dict[str, Any]:
@@ -101,10 +149,17 @@ RESUMABLE_CHANGES = frozenset({"resume", "allow_config_change", "td_updates", "m
 
 
 def prepare_out(cfg: TempoConfig) -> Path:
+    """Check --out and --resume before any work: on --resume, the newest intact checkpoint is the
+    one loaded; damaged newer ones are named on stderr and set aside (``set_aside``)."""
     out = Path(cfg.out)
     checkpoint = out / "checkpoints" / "latest"
-    if cfg.resume and checkpoint_to_resume(checkpoint) is None:
-        raise ConfigError(f"--resume: no checkpoint in {checkpoint}; check --out")
+    choice = resume_checkpoint(checkpoint) if cfg.resume else ResumeChoice(None, [])
+    if cfg.resume and choice.checkpoint is None:
+        if not choice.damaged:
+            raise ConfigError(f"--resume: no checkpoint in {checkpoint}; check --out")
+        raise ConfigError(f"--resume: {damage_line(choice.damaged[0][1])}; the run's other files are intact, but "
+                          f"no earlier checkpoint is whole ({', '.join(p.name for p, _ in choice.damaged)} checked); "
+                          "restore the file from a copy, or start a new --out")
     if not cfg.resume and (out / "metrics.jsonl").exists():
         raise ConfigError(f"--out {out} already holds a run: pass --resume to continue it or choose another --out")
     if cfg.resume and (out / "config.yaml").is_file() and not cfg.allow_config_change:
@@ -113,10 +168,16 @@ def prepare_out(cfg: TempoConfig) -> Path:
         if changed:
             raise ConfigError(f"--resume: the settings differ from {out}/config.yaml in {', '.join(flag(k) for k in changed)}; "
                               "resume with the same settings, or pass --allow-config-change")
-    resume_from = checkpoint_to_resume(checkpoint) if cfg.resume else None
+    resume_from = choice.checkpoint
     if resume_from is not None and is_adapter_dir(resume_from) != bool(cfg.lora_rank):
         held = "LoRA adapters" if is_adapter_dir(resume_from) else "full weights"
         raise ConfigError(f"--resume: {resume_from} holds {held}; resume with the run's --lora-rank")
+    for folder, problems in choice.damaged:
+        kept = set_aside(folder)
+        update = json.loads((resume_from / "progress.json").read_text())["next_update"]
+        print(f"warning: --resume: {damage_line(problems)}; the run's other files are intact; resuming from the earlier "
+              f"checkpoint {resume_from.name} (update {update}) instead; the damaged one is kept as {kept}",
+              file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return out

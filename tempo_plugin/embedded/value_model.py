@@ -4,7 +4,7 @@ Built as slime builds its critic: a separate model (its own copy of the policy's
 output layer is a linear map from the hidden state to one number. TPPO reads that number as a
 logit increment f (``algorithms/tppo.py``); plain PPO reads it as the value itself.
 
-Initialisation of the head (algorithms.md 2.4):
+Initialisation of the head (docs/algorithms.md section 2.4):
 - no bias: a bias b is added at every position, so the accumulated logit z_t drifts by t * b;
 - ``zero`` (default): f = 0 everywhere, so V_t = sigmoid(0) = 1/2 for every prefix: uninformative,
   unbiased in logit space, no drift along t;

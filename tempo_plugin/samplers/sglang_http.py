@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,14 +53,41 @@ def completion_from_sglang(output: dict[str, Any]) -> Completion:
     )
 
 
+NO_HEALTH_ROUTE = frozenset({404, 405, 501})
+"""Answers of a server that has no ``/health`` route (an OpenAI endpoint, a test stub): it is up."""
+
+
+def answers_health(base_url: str, timeout_s: float) -> bool:
+    """Whether ``<base_url>/health`` answers (SGLang's engine and router both serve it): False when
+    nothing answers, or it answers 5xx (an engine still loading or dying)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{base_url}/health", timeout=timeout_s):
+            return True
+    except urllib.error.HTTPError as error:
+        return error.code in NO_HEALTH_ROUTE or error.code < 500
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def base_of(url: str) -> str:
+    """``scheme://host:port`` of a URL."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def request_json(request: urllib.request.Request, timeout_s: float, max_retries: int, retry_delay_s: float,
-                 error_type: type[Exception]) -> Any:
+                 error_type: type[Exception], health_timeout_s: float = 0.0) -> Any:
     """The JSON answer to ``request``, never through a proxy. Sent again only when it cannot have
     started a generation (the connection failed, or a 5xx answer), at most ``max_retries`` times;
-    a 4xx answer, a timeout or an answer that is not JSON raises ``error_type`` at once, one line."""
+    a 4xx answer, a timeout or an answer that is not JSON raises ``error_type`` at once, one line.
+    With ``health_timeout_s`` each failure also asks the server's ``/health``: a server that has
+    not answered it for that long is dead, and raises naming it instead of waiting out the retries
+    (a live server that answers 5xx, e.g. one restarting an engine, keeps its retries)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy, whatever the environment says
     url = request.full_url
     problem = ""
+    unhealthy_since: float | None = None
     for attempt in range(max_retries + 1):
         try:
             with opener.open(request, timeout=timeout_s) as response:
@@ -77,6 +105,16 @@ def request_json(request: urllib.request.Request, timeout_s: float, max_retries:
                 raise error_type(f"{url} gave no answer within {timeout_s:g} s (not re-sent: "
                                  "the generation may still be running)") from None
             problem = f"{url} unreachable: {reason}"
+        if health_timeout_s > 0:
+            base = base_of(url)
+            if answers_health(base, min(2.0, health_timeout_s)):
+                unhealthy_since = None
+            else:
+                now = time.monotonic()
+                unhealthy_since = now if unhealthy_since is None else unhealthy_since
+                if now - unhealthy_since >= health_timeout_s:
+                    raise error_type(f"the SGLang server at {base} is down: {problem}, and {base}/health has not "
+                                     f"answered for {now - unhealthy_since:.0f} s; see that engine's (or router's) log")
         if attempt < max_retries:
             time.sleep(retry_delay_s)
     raise error_type(f"{problem} (gave up after {max_retries} retries)")
@@ -88,14 +126,16 @@ class HTTPSampler:
     max_workers: int = 64
     timeout_s: float = 600.0
     max_retries: int = 60  # as slime's own http_utils.post: transient failures are retried ...
-    retry_delay_s: float = 1.0  # ... this many seconds apart
+    retry_delay_s: float = 1.0  # ... this many seconds apart, ...
+    health_timeout_s: float = 10.0  # ... unless the server's /health has not answered for this long
     seed_requests: bool = False  # send sampling_params.sampling_seed (SGLang deterministic inference)
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(
             self.url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
         )
-        return request_json(request, self.timeout_s, self.max_retries, self.retry_delay_s, GenerationError)
+        return request_json(request, self.timeout_s, self.max_retries, self.retry_delay_s, GenerationError,
+                            self.health_timeout_s)
 
     def prompt_logprobs(self, prompts: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
         """Each prompt's token log-probs from the server (``rollout.sampler.PromptScorer``): SGLang

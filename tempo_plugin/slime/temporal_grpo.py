@@ -1,4 +1,4 @@
-"""slime hooks for Temporal GRPO (algorithms.md section 3; math in ``tempo_plugin.algorithms.temporal_grpo``).
+"""slime hooks for Temporal GRPO (docs/algorithms.md section 3; math in ``tempo_plugin.algorithms.temporal_grpo``).
 
 Used with ``--rollout-function-path tempo_plugin.slime.rollout.generate_temporal_grpo_rollout``
 and ``--advantage-estimator grpo`` (no critic; slime's PPO-clip policy loss), two hooks:

@@ -1,4 +1,4 @@
-"""slime hooks for TPPO, tracking-value PPO (algorithms.md section 2; math in ``tempo_plugin.algorithms.tppo``).
+"""slime hooks for TPPO, tracking-value PPO (docs/algorithms.md section 2; math in ``tempo_plugin.algorithms.tppo``).
 
 Two hooks, both for ``--advantage-estimator ppo`` (which gives slime its critic):
 

@@ -47,6 +47,30 @@ def plain(value):
     return value
 
 
+def wait_for_lock_free(path: Path, timeout_s: float = 60.0) -> None:
+    """Wait until no process holds the flock of ``path`` (a killed actor's process may take a moment to end)."""
+    import fcntl
+    import os
+    import time
+
+    if not path.exists():
+        return
+    deadline = time.monotonic() + timeout_s
+    fd = os.open(path, os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{path} still held {timeout_s:g} s after its RolloutManager was killed") from None
+                time.sleep(0.2)
+    finally:
+        os.close(fd)
+
+
 def main() -> None:
     out_path, phases_arg = sys.argv[1], sys.argv[2]
     assert sys.argv[3] == "--", "usage: train_data_driver.py OUT.json PHASES -- <train.py flags>"
@@ -57,6 +81,7 @@ def main() -> None:
     from slime.utils.arguments import parse_args
 
     import recording_rollout
+    from tempo_plugin.run_lock import run_folder_lock
     from compare import match_rows, roles_per_step
 
     # Parsed as train.py parses them, with --debug-rollout-only: the Megatron side (its argument
@@ -72,6 +97,13 @@ def main() -> None:
         for name, function, rollout_id in phases:
             rollout_id = int(rollout_id)
             if function not in managers:
+                # one RolloutManager at a time: its data source holds SAVE_DIR/tempo's writer lock
+                # for as long as its process lives, as in a real job (phases of one function are contiguous)
+                for other in managers.values():
+                    ray.get(other.dispose.remote())
+                    ray.kill(other)
+                managers.clear()
+                wait_for_lock_free(run_folder_lock(Path(base.save) / "tempo"))
                 args = copy.deepcopy(base)
                 args.debug_rollout_only = False
                 args.rollout_function_path = f"recording_rollout.{function}"
