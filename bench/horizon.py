@@ -56,6 +56,9 @@ default 6 took three quarters of a 2-vault budget here and left 2 TD updates).""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
+    "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, "--critic-value", "expected"],
+    "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, "--critic-value", "expected",
+                                  "--audit-weight", "1", "--mc-refresh-every", "0"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }
@@ -118,9 +121,10 @@ def hollow_checks(run: Path) -> dict[str, float]:
     return checks
 
 
-CALIBRATION = ["--games", "8", "--mc-samples", "8", "--critic-samples", "4", "--action-states", "0"]
+CALIBRATION = ["--games", "16", "--mc-samples", "16", "--critic-samples", "4", "--action-states", "0"]
 """analysis/mc_critic settings of the end-of-run calibration: the states of one episode of the
-final actor on each of 8 held-out games, each valued by 8 Monte-Carlo continuations."""
+final actor on each of 16 held-out games, each valued by 16 Monte-Carlo continuations (the standard
+error of one state's Monte-Carlo value is then at most 0.125)."""
 
 
 def calibrate(run: Path, threads: int) -> None:

@@ -39,7 +39,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 """--preset NAME -> the settings it gives (explicit settings override them). ``reference`` is the
-method as published (algorithms.md section 1); the sizes (H, N, K, T, S), learning rates and token
+method as published (docs/algorithms.md section 1.9); the sizes (H, N, K, T, S), learning rates and token
 caps stay ours, since the reference's are for a 4B model on ALFWorld."""
 
 
@@ -89,6 +89,21 @@ class TempoConfig:
     warmup_start_states: bool = field(default=True, metadata={
         "help": "the warm-up also values each game's round-0 state, towards the mean outcome of its N episodes "
                 "(false: boundary states only, as the method does)"})
+    critic_value: str = field(default="sampled", metadata={
+        "help": "sampled: the critic's value is the mean of its K samples' parsed values, trained by the "
+                "group-relative critic reward (the method); expected: after each sample's reasoning, the expectation "
+                "of the value under the critic's own distribution over its <value>d.dd</value> answers, trained by "
+                "cross-entropy towards a two-hot target whose mean is the value target (the reasoning keeps the "
+                "group-relative reward)", "choices": ("sampled", "expected")})
+    value_loss_weight: float = field(default=1.0, metadata={
+        "help": "beta: weight of the value cross-entropy (--critic-value expected) beside the actor's loss"})
+    audit_weight: float = field(default=0.0, metadata={
+        "help": "lambda: each TD start state also plays one audit branch to the episode's end; the critic's target is "
+                "(1 - lambda) G_TD + lambda z_audit (1: audits alone), the actor keeps G_TD; 0: no audits "
+                "(embedded runtime only)"})
+    readiness_gate: bool = field(default=True, metadata={
+        "help": "with audits: the critic values non-terminal endpoints only while its Brier score on the recent audits "
+                "beats the constant guess (their mean); otherwise those endpoints take the audits' mean"})
     critic_prompt: str = field(default="condensed", metadata={
         "help": "condensed (actions so far, the current observation, the privileged facts last; answer with the "
                 "value line) or reference (the method's: the condensed transcript of every turn and the privileged "
@@ -284,6 +299,10 @@ class TempoConfig:
                 raise ConfigError("--lora-targets must name at least one module when --lora-rank > 0")
             if importlib.util.find_spec("peft") is None:
                 raise ConfigError("--lora-rank needs peft, which is not installed: pip install -e '.[smollm2]'")
+        if not 0 <= self.audit_weight <= 1:
+            raise ConfigError(f"--audit-weight must be in [0, 1] (0: no audits; got {self.audit_weight})")
+        if not self.value_loss_weight > 0:
+            raise ConfigError(f"--value-loss-weight must be > 0 (got {self.value_loss_weight})")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:
             raise ConfigError("--max-assistant-tokens must be below --max-trajectory-tokens")
         return self

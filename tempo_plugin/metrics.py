@@ -48,8 +48,10 @@ ENV_STEPS = "rollout/env_steps_total"  # environment steps (rounds) of every rol
 SLIME_ROLLOUT_STEP_PREFIXES = ("rollout/", "multi_turn/", "passrate/", "perf/")
 """The prefixes slime's wandb setup binds to ``rollout/step`` (slime/observability/wandb_utils.py),
 the only step its rollout process logs; ``train/`` is bound to ``train/step`` (the train actors')."""
-IDENTICAL_WARNING = 0.9  # warn when critic/identical_group_rate stays at or above this ...
+IDENTICAL_WARNING = 0.9  # warn when critic/degenerate_group_rate stays at or above this ...
 IDENTICAL_PATIENCE = 3  # ... for this many consecutive updates
+COLLAPSE_ESTIMATE_STD = 0.02  # or when the critic's estimates spread less than this across states ...
+COLLAPSE_TARGET_STD = 0.1  # ... while their value targets spread more than this
 
 
 class MetricsLog:

@@ -168,7 +168,7 @@ def test_critic_collapse_warning_once_per_streak_of_three(capsys):
              0.8999, 0.9, 0.9]  # reset, then only 2 in a row
     streaks = []
     for update, rate in enumerate(rates):
-        warn_if_critic_collapsed(rate, progress, update)
+        warn_if_critic_collapsed({"critic/degenerate_group_rate": rate}, progress, update)
         streaks.append(progress.identical_streak)
     assert streaks == [1, 2, 0, 1, 2, 3, 4, 5, 0, 1, 2]
     out, err = capsys.readouterr()
@@ -176,7 +176,7 @@ def test_critic_collapse_warning_once_per_streak_of_three(capsys):
     assert err.count("warning:") == 1
     assert "update 5:" in err and ">= 90%" in err and "for 3 updates" in err
     # a third in a row after the reset is a new streak of 3: a second warning, at update 11
-    warn_if_critic_collapsed(0.99, progress, 11)
+    warn_if_critic_collapsed({"critic/degenerate_group_rate": 0.99}, progress, 11)
     out, err = capsys.readouterr()
     assert out == "" and err.count("warning:") == 1 and "update 11:" in err
 
@@ -186,7 +186,7 @@ def test_no_critic_collapse_warning_below_the_threshold(capsys):
 
     progress = Progress()
     for update in range(20):
-        warn_if_critic_collapsed(0.89 if update % 3 == 2 else 0.95, progress, update)
+        warn_if_critic_collapsed({"critic/degenerate_group_rate": 0.89 if update % 3 == 2 else 0.95}, progress, update)
     # every third update is below 0.9, so the streak never passes 2: 17 is 0.89, then 18 and 19 -> 2
     assert progress.identical_streak == 2
     assert capsys.readouterr() == ("", "")

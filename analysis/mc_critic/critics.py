@@ -44,7 +44,7 @@ class GenerativeCritic:
         calls = self.rollout.call_critic([s.macro for s in states], self.samples, seed=seed)
         results = []
         for call in calls:
-            if not call.completions:  # the critic prompt does not fit max_trajectory_tokens
+            if not call.answered:  # the critic prompt does not fit max_trajectory_tokens
                 results.append({"value": None, "parsed": 0, "samples": 0})
                 continue
             parsed = [v for v in call.values if v is not None]

@@ -13,6 +13,13 @@ samples (slime's default aggregation when ``--calculate-per-token-loss`` is off)
 The importance-sampling loss has no clip and sums over every loss token of every sample:
 
     L = sum_i sum_t -rho_{i,t} A_{i,t}
+
+The value cross-entropy (``--critic-value expected``, ``critic/readout.py``) is no policy gradient:
+its samples are teacher-forced answers, each token t weighted w_t = beta q_j, and per sample
+
+    l_i = -sum_t w_t log pi_theta(y_t)
+
+(a sum over the answer's tokens: log pi of the whole answer), averaged over samples like the rest.
 """
 
 from __future__ import annotations
@@ -76,3 +83,8 @@ def importance_sampling_loss(
     mask, _, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
     loss = (-ratio * advantages * mask).sum()
     return PolicyLossOutput(loss=loss, clip_fraction=torch.zeros((), dtype=logprobs.dtype), approx_kl=approx_kl)
+
+
+def value_cross_entropy(logprobs: torch.Tensor, weights: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] inputs; returns the [B] per-sample losses l_i = -sum_t w_t log pi_theta(y_t) over the loss tokens."""
+    return -(weights * logprobs * loss_mask.to(logprobs.dtype)).sum(dim=1)

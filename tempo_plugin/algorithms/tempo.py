@@ -1,4 +1,4 @@
-"""TEMPO training signals (algorithms.md section 1.8).
+"""TEMPO training signals (docs/algorithms.md section 1.4).
 
 For one start state s with branches n = 1..N, each branch rolled out for at most H rounds:
 
@@ -47,6 +47,20 @@ samples of all its kept start states together, are rescaled to std s:
 
 Actor and critic are one model trained in one step, so their advantage scales set their shares of
 each step: the actor's normalised advantages have std 1, the critic's as specified about 0.2-0.3.
+
+With audits (``--audit-weight`` lambda > 0, our addition): each start state s also plays one branch
+to the episode's end, with outcome z(s) in {0, 1}, a Monte-Carlo sample of V(s). The critic is
+trained towards
+
+    G_crit(s) = (1 - lambda) G(s) + lambda z(s)          (lambda = 1: audits alone)
+
+while the actor keeps A_n = R_n - G(s). The readiness gate compares the critic's Brier score on the
+last audits (estimate e_i, outcome z_i, i = 1..m) with the constant guess zbar = mean_i z_i:
+
+    B_critic = (1/m) sum_i (e_i - z_i)^2,   B_const = (1/m) sum_i (zbar - z_i)^2
+    skill    = 1 - B_critic / B_const      (ready: m >= AUDITS_MIN and skill > 0)
+
+A critic that is not ready does not value endpoints: V_n = zbar for every non-terminal branch.
 
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
@@ -161,3 +175,32 @@ def critic_signals(
         degenerate=all(abs(a) <= ADVANTAGE_EPSILON for a in advantages),
         parse_failures=sum(v is None for v in estimates),
     )
+
+
+def critic_target(td_target: float, audit: float | None, audit_weight: float) -> float:
+    """G_crit = (1 - lambda) G + lambda z; G where the state has no audit outcome z (None)."""
+    if audit is None or audit_weight <= 0:
+        return td_target
+    return (1.0 - audit_weight) * td_target + audit_weight * audit
+
+
+@dataclass(frozen=True)
+class BrierScores:
+    critic: float  # B_critic
+    constant: float  # B_const
+    base_rate: float  # zbar
+
+    @property
+    def skill(self) -> float:
+        """1 - B_critic / B_const (0 when the outcomes do not vary, so no guess beats another)."""
+        return 1.0 - self.critic / self.constant if self.constant > 0 else 0.0
+
+
+def brier_scores(pairs: Sequence[tuple[float, float]]) -> BrierScores:
+    """Brier scores of (estimate e_i, outcome z_i) pairs, and of the constant guess zbar."""
+    if not pairs:
+        raise ValueError("brier_scores needs at least one (estimate, outcome) pair")
+    base = sum(z for _, z in pairs) / len(pairs)
+    critic = sum((e - z) ** 2 for e, z in pairs) / len(pairs)
+    constant = sum((base - z) ** 2 for _, z in pairs) / len(pairs)
+    return BrierScores(critic, constant, base)

@@ -41,6 +41,8 @@ from tempo_plugin.method.schedule import TD, WARMUP, phase as update_phase, run_
 from tempo_plugin.method.tempo import mc_refresh_due
 from tempo_plugin.metrics import (
     ENV_STEPS,
+    COLLAPSE_ESTIMATE_STD,
+    COLLAPSE_TARGET_STD,
     IDENTICAL_PATIENCE,
     IDENTICAL_WARNING,
     MC_REFRESH,
@@ -53,7 +55,7 @@ from tempo_plugin.metrics import (
 )
 from tempo_plugin.rollout.games import MC_REFRESH_OFFSET, eval_games, train_game
 from tempo_plugin.rollout.protocol import ChatProtocol
-from tempo_plugin.rollout.samples import CRITIC
+from tempo_plugin.rollout.samples import CRITIC, VALUE
 from tempo_plugin.states.store import StateStore
 
 
@@ -94,6 +96,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     progress = Progress()
     if cfg.resume:
         store, progress = load_checkpoint(resume_from, optimizer)
+        rollout.audits.add([tuple(p) for p in progress.audits])
     log, wandb_run = metrics_logs(cfg, out, keep_updates_below=progress.next_update if cfg.resume else None)
     value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
 
@@ -125,6 +128,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == TD else 1)
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
+        progress.audits = [list(p) for p in rollout.audits.pairs]
         total_seconds = time.perf_counter() - tic
         progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
         for depth in batch.start_depths:
@@ -142,6 +146,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         log_value_pairs(value_log, phase, update, batch.value_pairs)
         if phase == TD and mc_refresh_due(cfg, update):
             refresh = mc_refresh(rollout, trainer, update, next_game)
+            progress.audits = [list(p) for p in rollout.audits.pairs]
             progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
             log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),
                      ENV_STEPS: float(progress.env_steps)})
@@ -151,7 +156,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         else:
             bar.set_postfix(phase=phase, err=f"{metrics['critic/abs_error_mean']:.3f}",
                             corr=f"{metrics.get('critic/value_corr', float('nan')):.2f}")
-            warn_if_critic_collapsed(metrics.get("critic/identical_group_rate", 0.0), progress, update)
+            warn_if_critic_collapsed(metrics, progress, update)
         progress.next_update = update + 1
         if cfg.eval_every and cfg.eval_games > 0 and progress.next_update % cfg.eval_every == 0 \
                 and progress.next_update < cfg.total_updates and not 0 < cfg.max_env_steps <= progress.env_steps:
@@ -196,23 +201,35 @@ def log_value_pairs(value_log: MetricsLog, phase: str, update: int, pairs: list[
         value_log.log({"phase": phase, "update": update, "estimate": [e for e, _ in pairs], "target": [t for _, t in pairs]})
 
 
-def warn_if_critic_collapsed(identical_rate: float, progress: Progress, update: int) -> None:
-    """Print a warning when the K critic samples are identical strings in most groups for
-    IDENTICAL_PATIENCE updates in a row: every critic advantage is then 0 and the critic cannot
-    learn, however wrong its value is."""
-    progress.identical_streak = progress.identical_streak + 1 if identical_rate >= IDENTICAL_WARNING else 0
+def critic_collapsed(metrics: dict[str, float]) -> bool:
+    """Whether an update's critic is collapsed: its values identical within most valued states
+    (``critic/degenerate_group_rate``: the group-relative critic reward is then 0), or one value for
+    every state (``critic/estimate_std`` under COLLAPSE_ESTIMATE_STD) where the targets differ
+    (``critic/value_target_std`` above COLLAPSE_TARGET_STD)."""
+    if metrics.get("critic/degenerate_group_rate", 0.0) >= IDENTICAL_WARNING:
+        return True
+    return (metrics.get("critic/estimate_std", 1.0) < COLLAPSE_ESTIMATE_STD
+            and metrics.get("critic/value_target_std", 0.0) > COLLAPSE_TARGET_STD)
+
+
+def warn_if_critic_collapsed(metrics: dict[str, float], progress: Progress, update: int) -> None:
+    """Print a warning when the critic has been collapsed (``critic_collapsed``) for
+    IDENTICAL_PATIENCE updates in a row: it no longer tells states apart, however wrong it is."""
+    progress.identical_streak = progress.identical_streak + 1 if critic_collapsed(metrics) else 0
     if progress.identical_streak == IDENTICAL_PATIENCE:
-        print(f"\nwarning: update {update}: the critic's K samples have been identical in >= {IDENTICAL_WARNING:.0%} "
-              f"of the groups for {IDENTICAL_PATIENCE} updates; its critic advantages are 0 and it no longer learns "
-              "(try a lower --learning-rate, more --critic-samples, or --temperature above 1)", file=sys.stderr, flush=True)
+        print(f"\nwarning: update {update}: the critic has given one value within >= {IDENTICAL_WARNING:.0%} of the "
+              f"states it valued, or one value for every state, for {IDENTICAL_PATIENCE} updates: it no longer tells "
+              "states apart and its group-relative reward is 0 (try --critic-value expected, a lower --learning-rate, "
+              "or --audit-weight 1)", file=sys.stderr, flush=True)
 
 
 def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:
     """One update's training: the joint clipped step on all ``samples``, then ``critic_epochs - 1``
-    more clipped steps on the critic samples alone (same old log-probs, so the PPO ratio clip bounds
-    how far they move). Returns the joint step's metrics."""
+    more steps on the critic samples alone (sampled critic: the same old log-probs, so the PPO ratio
+    clip bounds how far they move; expected critic: the value cross-entropy again). Returns the
+    joint step's metrics."""
     metrics = trainer.step(samples)
-    critic_only = [s for s in samples if s.role == CRITIC]
+    critic_only = [s for s in samples if s.role in (CRITIC, VALUE)]
     for _ in range(critic_epochs - 1 if critic_only else 0):
         trainer.step(critic_only)
     return metrics

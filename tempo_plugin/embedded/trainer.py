@@ -20,8 +20,8 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 
-from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss
-from tempo_plugin.rollout.samples import TrainSample
+from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss, value_cross_entropy
+from tempo_plugin.rollout.samples import VALUE, TrainSample
 
 T = TypeVar("T")
 
@@ -94,6 +94,11 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
     return torch.cat([torch.zeros_like(input_ids[:, :first], dtype=picked.dtype), picked], dim=1)
 
 
+def grad_norm_of(grads: Sequence[torch.Tensor]) -> float:
+    """The L2 norm of a list of gradient tensors taken together."""
+    return float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads))) if grads else 0.0
+
+
 def first_loss_column(loss_mask: torch.Tensor) -> int:
     """The first column any row trains on (1 when none does)."""
     columns = torch.nonzero(loss_mask.sum(dim=0) > 0)
@@ -149,6 +154,7 @@ def collate(samples: Sequence[TrainSample], pad_id: int, device: torch.device) -
         "loss_mask": pad_rows([s.loss_mask for s in samples], 0, torch.float32, device),
         "old_logprobs": pad_rows([s.old_logprobs for s in samples], 0.0, torch.float32, device),
         "advantages": pad_rows([s.advantages for s in samples], 0.0, torch.float32, device),
+        "is_value": torch.tensor([s.role == VALUE for s in samples], dtype=torch.bool, device=device),
     }
 
 
@@ -172,7 +178,9 @@ class PolicyTrainer:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = len(samples)
-        loss_sum = clip_sum = kl_sum = logprob_gap = 0.0
+        loss_sum = clip_sum = kl_sum = logprob_gap = value_loss_sum = 0.0
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        value_grad_sum = [torch.zeros_like(p) for p in trained] if any(s.role == VALUE for s in samples) else []
         gap_count = model_tokens = 0
         for batch in micro_batches(samples, self.tokens_per_micro_batch):
             tensors = collate(batch, self.pad_id, device)
@@ -181,28 +189,53 @@ class PolicyTrainer:
             logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
                                       shared)
             model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
+            # value cross-entropy rows (VALUE samples) and policy-gradient rows share the forward pass
+            is_value = tensors["is_value"]
+            values = int(is_value.sum())
+            policy_mask = tensors["loss_mask"] * (~is_value)[:, None].to(tensors["loss_mask"].dtype)
             if self.policy_loss == "importance_sampling":
-                out = importance_sampling_loss(logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"])
+                out = importance_sampling_loss(logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask)
                 share = 1.0  # a sum over all samples' tokens: micro-batches add up
             else:
                 out = clipped_policy_loss(
-                    logprobs, tensors["old_logprobs"], tensors["advantages"], tensors["loss_mask"],
+                    logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask,
                     self.eps_clip, self.eps_clip_high,
                 )
-                share = len(batch) / total  # a mean over samples
-            (out.loss * share).backward()
-            weight = len(batch) / total
-            loss_sum += out.loss.item() * share
+                share = (len(batch) - values) / total  # a mean over samples
+            loss = out.loss * share
+            if values:
+                # the value cross-entropy's gradient kept apart until the step, so that its share of
+                # the gradient norm can be reported (train/value_grad_share)
+                value_loss = value_cross_entropy(logprobs, tensors["advantages"], tensors["loss_mask"])[is_value].sum() / total
+                value_grads = torch.autograd.grad(value_loss, trained, retain_graph=True, allow_unused=True)
+                for acc, grad in zip(value_grad_sum, value_grads):
+                    if grad is not None:
+                        acc.add_(grad)
+                value_loss_sum += value_loss.item()
+                loss = loss + value_loss.detach()
+            if out.loss.requires_grad and len(batch) > values:
+                (out.loss * share).backward()
+            weight = (len(batch) - values) / total
+            loss_sum += loss.item()
             clip_sum += out.clip_fraction.item() * weight
             kl_sum += out.approx_kl.item() * weight
-            mask = tensors["loss_mask"] > 0
+            mask = policy_mask > 0  # sampled tokens only: a VALUE answer has no sampler log-prob
             logprob_gap += (logprobs.detach() - tensors["old_logprobs"]).abs()[mask].sum().item()
             gap_count += int(mask.sum().item())
-        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], self.grad_clip)
+        value_norm = policy_norm = 0.0
+        if value_loss_sum:
+            policy_norm = grad_norm_of([p.grad for p in trained if p.grad is not None])
+            value_norm = grad_norm_of(value_grad_sum)
+            for param, acc in zip(trained, value_grad_sum):
+                param.grad = acc if param.grad is None else param.grad + acc
+        grad_norm = torch.nn.utils.clip_grad_norm_(trained, self.grad_clip)
         self.optimizer.step()
         self.model.eval()
         return {
             "train/loss": loss_sum,
+            "train/value_loss": value_loss_sum,  # the value cross-entropy's share of train/loss
+            # |g_value| / (|g_value| + |g_policy|), before clipping: the critic's share of the step
+            "train/value_grad_share": value_norm / (value_norm + policy_norm) if value_norm + policy_norm > 0 else 0.0,
             "train/clip_fraction": clip_sum,
             "train/approx_kl": kl_sum,
             "train/grad_norm": float(grad_norm),

@@ -33,10 +33,11 @@ from typing import Callable, Sequence
 from tempo_plugin.algorithms.stats import mean, population_std
 from tempo_plugin.algorithms.tempo import (
     ADVANTAGE_EPSILON,
-    CriticSignals,
+    BrierScores,
     actor_signals,
     batch_normalised,
-    critic_scale,
+    brier_scores,
+    critic_target,
 )
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values
@@ -44,8 +45,8 @@ from tempo_plugin.method.critic_calls import CriticCall, CriticCalls
 from tempo_plugin.method.play import UpdateBatch, rollout_metrics
 from tempo_plugin.method.prefix_is import start_state_weights
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, run_branches
-from tempo_plugin.rollout.games import ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
-from tempo_plugin.rollout.samples import ACTOR, CRITIC, TrainSample, make_sample
+from tempo_plugin.rollout.games import AUDIT, ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
+from tempo_plugin.rollout.samples import ACTOR, CRITIC, VALUE, TrainSample, make_sample
 from tempo_plugin.states.restore import RestoreError
 from tempo_plugin.states.state import MacroState
 from tempo_plugin.states.store import StateStore
@@ -80,8 +81,58 @@ def mc_refresh_due(cfg: TempoConfig, update: int) -> bool:
     return every > 0 and update >= cfg.warmup_updates and (update - cfg.warmup_updates + 1) % every == 0
 
 
+AUDITS_KEPT = 64  # the readiness gate judges the critic on this many most recent audits ...
+AUDITS_MIN = 16  # ... and only once it has this many
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The readiness gate of one TD update (``algorithms.tempo``: B_critic against B_const)."""
+
+    ready: bool
+    scores: BrierScores | None  # None: fewer than AUDITS_MIN audits so far
+    fallback: float  # zbar: every non-terminal endpoint's value while the gate is closed
+
+
+@dataclass
+class AuditWindow:
+    """The last AUDITS_KEPT (critic estimate, Monte-Carlo outcome) pairs: TD audits, warm-up and
+    refresh episodes. A resumed run gets them back from its checkpoint (``Progress.audits``)."""
+
+    pairs: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, pairs: Sequence[tuple[float, float]]) -> None:
+        self.pairs = (self.pairs + [(float(e), float(z)) for e, z in pairs])[-AUDITS_KEPT:]
+
+    def gate(self, cfg: TempoConfig) -> Gate:
+        """Ready when --readiness-gate is off, or when the critic beats the constant guess on at
+        least AUDITS_MIN recent audits."""
+        scores = brier_scores(self.pairs) if len(self.pairs) >= AUDITS_MIN else None
+        base = scores.base_rate if scores else (mean([z for _, z in self.pairs]) if self.pairs else 0.0)
+        ready = not cfg.readiness_gate or (scores is not None and scores.skill > 0)
+        return Gate(ready, scores, base)
+
+
+def audit_metrics(audits: dict[int, Branch], rounds: Sequence, gate: Gate | None) -> dict[str, float]:
+    """The audits of one TD update and the readiness gate they were judged by."""
+    metrics = {
+        "audit/branches": float(len(audits)),
+        "audit/rounds": float(len(rounds)),
+        "audit/success_rate": mean([float(a.won) for a in audits.values()]),
+    }
+    if gate is not None:
+        metrics["critic/ready"] = float(gate.ready)
+        if gate.scores is not None:
+            metrics.update({"critic/audit_brier": gate.scores.critic, "critic/audit_brier_constant": gate.scores.constant,
+                            "critic/audit_brier_skill": gate.scores.skill})
+    return metrics
+
+
+@dataclass
 class TempoUpdates(CriticCalls):
     """TEMPO's two updates: the critic-only warm-up (also the Monte-Carlo refresh) and the TD update."""
+
+    audits: AuditWindow = field(default_factory=AuditWindow)
 
     def warmup_update(self, update: int, games: Sequence[int], max_states: int | None = None) -> UpdateBatch:
         """``max_states`` caps the boundary states valued (a uniform subset, fixed by ``update``)."""
@@ -121,15 +172,10 @@ class TempoUpdates(CriticCalls):
         calls = self.call_critic(boundaries, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, WARMUP_CRITIC))
         critic_seconds = time.perf_counter() - tic
 
-        samples: list[TrainSample] = []
-        errors: list[float] = []
-        for group, (call, target) in enumerate(zip(calls, targets)):
-            if not call.completions:
-                continue
-            signals = self.critic_signals(call, target)
-            samples += self.critic_samples(call, signals, group)
-            errors += signals.errors
+        samples, errors, _, degenerate = self.critic_training(
+            [(call, target, group) for group, (call, target) in enumerate(zip(calls, targets)) if call.answered])
         pairs = self.value_pairs(calls, targets)
+        self.audits.add(pairs)  # complete episodes: their outcomes audit the critic too
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -139,6 +185,7 @@ class TempoUpdates(CriticCalls):
             "rollout/env_errors": float(len(branches) - len(healthy)),
             "target/mc_return_mean": mean(targets),
             "critic/abs_error_mean": mean(errors),
+            "critic/degenerate_group_rate": mean(degenerate),
             **self._critic_metrics(calls, targets, pairs),
             **rollout_metrics(rounds),
             "train/critic_samples": float(len(samples)),
@@ -160,27 +207,38 @@ class TempoUpdates(CriticCalls):
             seed=sampling_seed(cfg.seed, update)
         )
         self._release(branches)
+        audits, audit_env_seconds = self._play_audits(update, groups)
+        env_seconds += audit_env_seconds
         rollout_seconds = time.perf_counter() - tic
 
         tic = time.perf_counter()
-        endpoints = self._value_endpoints(update, branches)
+        gate = self.audits.gate(cfg) if cfg.audit_weight > 0 else None  # from the audits before this update's
+        endpoints = self._value_endpoints(update, branches, None if gate is None or gate.ready else gate.fallback)
         start_states = [g[0].start for g in groups]
         start_calls = self.call_critic(start_states, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, START_CRITIC))
         critic_seconds = time.perf_counter() - tic
 
         weights, is_metrics = start_state_weights(cfg, self.sampler, update, start_states)
         signals = self._group_signals(groups, start_calls, endpoints.values)
-        critic_samples, errors, critic_sigma = self._critic_batch(signals.critic)
+        outcomes = {g: float(a.won) for g, a in audits.items() if a.stop_reason != ENV_ERROR}
+        targets = [None if t is None else critic_target(t, outcomes.get(g), cfg.audit_weight)
+                   for g, t in enumerate(signals.targets)]  # G_crit per group (G(s) without audits)
+        critic = [(call, targets[group], group) for call, _, group in signals.critic]
+        critic_samples, errors, critic_sigma, degenerate = self.critic_training(critic, cfg.critic_advantage_std)
         actor_samples, raw = self._actor_batch(signals.actor, weights)
         samples = critic_samples + actor_samples
+        audit_pairs = [(mean([v for v in c.values if v is not None]), outcomes[g]) for g, c in enumerate(start_calls)
+                       if g in outcomes and any(v is not None for v in c.values)]
+        self.audits.add(audit_pairs)
 
         new_states = [
             s for s in endpoints.states
             if s.round_index < cfg.max_episode_steps and len(s.token_prefix) < cfg.max_trajectory_tokens
         ]
         endpoint_values = [v for c in endpoints.calls for v in c.values]
-        pairs = self.value_pairs(start_calls, signals.targets)
-        rounds = [r for b in branches for r in b.rounds]
+        pairs = self.value_pairs(start_calls, targets)
+        audit_rounds = [r for a in audits.values() for r in a.rounds]
+        rounds = [r for b in branches for r in b.rounds] + audit_rounds  # audits count as environment steps
         metrics = {
             "td/fresh_states": float(fresh),
             "td/dropped_groups": float(signals.dropped_groups),
@@ -198,13 +256,15 @@ class TempoUpdates(CriticCalls):
             "actor/advantage_std": population_std(raw),
             "critic/advantage_std": critic_sigma,
             "critic/abs_error_mean": mean(errors),
-            **self._critic_metrics(start_calls, signals.targets, pairs),
+            "critic/degenerate_group_rate": mean(degenerate),
+            **self._critic_metrics(start_calls, targets, pairs),
             "critic/endpoint_value_mean": mean(list(endpoints.values.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
             **is_metrics,
+            **(audit_metrics(audits, audit_rounds, gate) if cfg.audit_weight > 0 else {}),
             **rollout_metrics(rounds),
             "train/actor_samples": float(sum(s.role == ACTOR for s in samples)),
-            "train/critic_samples": float(sum(s.role == CRITIC for s in samples)),
+            "train/critic_samples": float(sum(s.role in (CRITIC, VALUE) for s in samples)),
             "time/rollout": rollout_seconds,
             "time/critic": critic_seconds,
             "time/env": env_seconds,
@@ -239,14 +299,18 @@ class TempoUpdates(CriticCalls):
             fresh += is_fresh
         return groups, fresh, restore_failures
 
-    def _value_endpoints(self, update: int, branches: Sequence[Branch]) -> "Endpoints":
+    def _value_endpoints(self, update: int, branches: Sequence[Branch], fallback: float | None = None) -> "Endpoints":
         """The critic's value V(s_{t+H}) of each branch that stopped at its macro-step boundary.
 
         An endpoint none of whose critic samples parsed (or whose prompt is too long) has no value:
-        --unvalued-endpoint drop leaves its branch out, zero values it 0 (the method)."""
+        --unvalued-endpoint drop leaves its branch out, zero values it 0 (the method). With a
+        ``fallback`` (the readiness gate is closed) every endpoint takes that value and the critic
+        is not asked."""
         cfg = self.cfg
         endpoints = [b for b in branches if b.stop_reason == MACRO_BOUNDARY]
         states = [b.state_after(len(b.rounds), b.start.macro_index + 1, update) for b in endpoints]
+        if fallback is not None:
+            return Endpoints(states, [], {id(b): fallback for b in endpoints}, 0)
         calls = self.call_critic(states, cfg.endpoint_samples, seed=sampling_seed(cfg.seed, update, ENDPOINT_CRITIC))
         valued = [any(v is not None for v in c.values) for c in calls]
         values = {id(b): aggregate_values(c.values) for b, c, ok in zip(endpoints, calls, valued)
@@ -278,21 +342,26 @@ class TempoUpdates(CriticCalls):
             out.value_gaps.append(signals.zero_reward_value_std)
             out.actor += [(branch, advantage, ret, group) for branch, advantage, ret
                           in zip(branch_group, signals.advantages, signals.returns)]
-            if start_call.completions:
-                out.critic.append((start_call, self.critic_signals(start_call, signals.value_target), group))
+            if start_call.answered:
+                out.critic.append((start_call, signals.value_target, group))
         return out
 
-    def _critic_batch(self, critic: Sequence[tuple[CriticCall, CriticSignals, int]]) -> tuple[list[TrainSample], list[float], float]:
-        """The critic samples of the kept groups, their advantages rescaled to --critic-advantage-std
-        over the batch (``algorithms.tempo.critic_scale``). Returns (samples, |errors|, sigma before)."""
-        critic_sigma = population_std([a for _, c, _ in critic for a in c.advantages])
-        scale = critic_scale(critic_sigma, self.cfg.critic_advantage_std)
-        samples: list[TrainSample] = []
-        errors: list[float] = []
-        for call, critic_group, group in critic:
-            samples += self.critic_samples(call, critic_group, group, scale)
-            errors += critic_group.errors
-        return samples, errors, critic_sigma
+    def _play_audits(self, update: int, groups: Sequence[Sequence[Branch]]) -> tuple[dict[int, Branch], float]:
+        """With --audit-weight > 0: one more branch per start group, restored to its start state and
+        played to the episode's end (a Monte-Carlo sample of its value). Returns ({group: audit
+        branch}, environment seconds); a state that does not restore again gets no audit."""
+        if self.cfg.audit_weight <= 0:
+            return {}, 0.0
+        audits: dict[int, Branch] = {}
+        for group, branch_group in enumerate(groups):
+            try:
+                audits[group] = self._restore_group(branch_group[0].start, group, count=1)[0]
+            except RestoreError:
+                continue
+        env_seconds = run_branches(list(audits.values()), self.sampler, self.protocol, self.params,
+                                   self._limits(self.cfg.max_episode_steps), seed=sampling_seed(self.cfg.seed, update, AUDIT))
+        self._release(list(audits.values()))
+        return audits, env_seconds
 
     def _actor_batch(self, actor: Sequence[tuple[Branch, float, float, int]],
                      weights: Sequence[float]) -> tuple[list[TrainSample], list[float]]:
@@ -321,7 +390,7 @@ class Endpoints:
 class GroupSignals:
     targets: list[float | None]  # per group, G(s) (aligned with the start-state critic calls); None: dropped
     actor: list[tuple[Branch, float, float, int]] = field(default_factory=list)  # (branch, A_n, R_n, group)
-    critic: list[tuple[CriticCall, CriticSignals, int]] = field(default_factory=list)  # each kept group's start call
+    critic: list[tuple[CriticCall, float, int]] = field(default_factory=list)  # each kept group's start call, G(s), group
     degenerate: list[float] = field(default_factory=list)
     value_gaps: list[float] = field(default_factory=list)
     dropped_groups: int = 0

@@ -21,8 +21,9 @@ def eval_games(count: int) -> list[int]:
     return [EVAL_GAME_OFFSET + i for i in range(count)]
 
 
-ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC = 0, 7, 11, 13
-"""Sampling streams of one update: the actor's rollouts and the three kinds of critic calls."""
+ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC, AUDIT = 0, 7, 11, 13, 17
+"""Sampling streams of one update: the actor's rollouts, the three kinds of critic calls and the
+audit branches (``--audit-weight``)."""
 
 
 def sampling_seed(run_seed: int, update: int, stream: int = ROLLOUT) -> int:

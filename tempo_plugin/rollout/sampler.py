@@ -40,3 +40,11 @@ class PromptScorer(Protocol):
         """Per prompt, the log-prob of each token given the ones before it, under the same
         (temperature-scaled) distribution ``generate`` samples from; entry 0 is 0.0."""
         ...
+
+
+class AnswerScorer(Protocol):
+    """What the expected-value critic readout (``--critic-value expected``) needs besides ``generate``."""
+
+    def answer_logprobs(self, prompt: Sequence[int], answers: Sequence[Sequence[int]]) -> list[float]:
+        """log pi(answer | prompt) of each answer, summed over its tokens, at temperature 1."""
+        ...

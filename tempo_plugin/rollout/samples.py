@@ -7,6 +7,7 @@ from typing import Sequence
 
 ACTOR = "actor"
 CRITIC = "critic"
+VALUE = "value"  # the value cross-entropy's teacher-forced answers: loss -w log pi, no ratio (critic/readout.py)
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,8 @@ class TrainSample:
 
     Context tokens (saved prefix, observations, assistant-closing tokens, critic prompt) carry
     mask 0, old log-prob 0 and advantage 0; trained tokens carry the sampler log-prob and the
-    sample's advantage.
+    sample's advantage. A ``VALUE`` sample was not sampled: its old log-probs are 0 and its
+    "advantages" are the cross-entropy weight of each token.
     """
 
     tokens: list[int]

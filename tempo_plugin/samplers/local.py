@@ -77,6 +77,17 @@ class LocalSampler:
             rows += [logprobs[i, : len(p)].tolist() for i, p in enumerate(chunk)]
         return rows
 
+    @torch.no_grad()
+    def answer_logprobs(self, prompt: Sequence[int], answers: Sequence[Sequence[int]]) -> list[float]:
+        """log pi(answer | prompt) of each answer, summed over its tokens, at temperature 1 (the
+        model's own distribution). The prompt runs once; every answer attends to its keys/values.
+        The kept cache is left as it is."""
+        rows = [list(prompt) + list(a) for a in answers]
+        input_ids = pad_rows(rows, self.pad_id, torch.long, self.device)
+        attention = pad_rows([[1] * len(r) for r in rows], 0, torch.long, self.device)
+        logprobs = token_logprobs(self.model, input_ids, attention, 1.0, first=len(prompt))
+        return [float(logprobs[i, len(prompt): len(r)].sum()) for i, r in enumerate(rows)]
+
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(seed % (2**63))

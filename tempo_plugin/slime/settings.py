@@ -68,6 +68,7 @@ EMBEDDED_ONLY: dict[str, str] = {
     "lora_rank": "slime (Megatron) trains the full weights at the pinned commit; LoRA is embedded-only",
     "warm_start_steps": "the supervised warm start runs on the embedded runtime only (warm-start a checkpoint there, "
                         "then convert it for Megatron)",
+    "audit_weight": "the audit branches and the readiness gate run on the embedded runtime only",
 }
 """TempoConfig fields (off at 0) the slime rollout does not implement: a YAML may not turn them on,
 and a slime run sets them to 0 whatever their local default."""
@@ -77,7 +78,14 @@ NOT_ON_SLIME: dict[str, str] = {
     "lora_alpha": "LoRA is embedded-only (slime trains the full weights at the pinned commit)",
     "lora_targets": "LoRA is embedded-only (slime trains the full weights at the pinned commit)",
     "allow_config_change": "slime resumes from --load with the flags of the new launch; there is no config check to allow past",
+    "readiness_gate": "the readiness gate judges audits, which run on the embedded runtime only",
+    "value_loss_weight": "the value cross-entropy (critic_value: expected) runs on the embedded runtime only",
 }
+
+SAMPLED_CRITIC_ONLY = ("critic_value: expected needs the critic's likelihood of all 101 <value> answers and a loss "
+                       "term that is no policy gradient; the slime rollout trains the sampled critic only: remove it "
+                       "from the YAML or set critic_value: sampled")
+"""Why a slime run refuses --critic-value expected."""
 """TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
 
@@ -117,6 +125,8 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
             raise ConfigError(f"{path}: {key!r} has no effect on slime: {NOT_ON_SLIME[name]}; remove it from the YAML")
         if name in EMBEDDED_ONLY and value != 0:
             raise ConfigError(f"{path}: {key} {value!r}: {EMBEDDED_ONLY[name]}; remove it from the YAML (slime runs use 0)")
+        if name == "critic_value" and value != "sampled":
+            raise ConfigError(f"{path}: {key} {value!r}: {SAMPLED_CRITIC_ONLY}")
     warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
     if getattr(args, "num_rollout", None) is None:
         raise ConfigError("TEMPO on slime needs --num-rollout (warm-up updates plus TD updates)")
