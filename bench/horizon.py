@@ -56,6 +56,7 @@ default 6 took three quarters of a 2-vault budget here and left 2 TD updates).""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
+    "TEMPO (audits)": ["--advantage-estimator", "tempo", *WARMUP, "--audit-weight", "1", "--mc-refresh-every", "0"],
     "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, "--critic-value", "expected"],
     "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, "--critic-value", "expected",
                                   "--audit-weight", "1", "--mc-refresh-every", "0"],
@@ -115,6 +116,9 @@ def hollow_checks(run: Path) -> dict[str, float]:
                                if "rollout/admissible_action_rate" in r), default=math.nan),
         "critic_only_step_share": sum(r.get("rollout/rounds", 0.0) for r in critic_only) / steps if steps else math.nan,
     }
+    critic = [r["train/critic_samples"] for r in training if "train/critic_samples" in r and r.get("phase") == "td"]
+    if critic:
+        checks["critic_samples_min"] = min(critic)
     corr = [r["critic/value_corr"] for r in training if "critic/value_corr" in r]
     if corr:
         checks["critic_corr_last_quarter"] = statistics.fmean(corr[-max(1, len(corr) // 4):])
@@ -236,15 +240,24 @@ def table(summary: dict, args: argparse.Namespace) -> str:
             "the states' Monte-Carlo mean, ECE, Pearson, the critic's mean estimate against the Monte-Carlo mean "
             "on those states, and over the last quarter of TD updates its mean estimate and mean TD target.",
             "",
-            "| V | method | seeds | MAE | constant-guess MAE | ECE | Pearson | estimate mean | MC mean "
-            "| TD estimate mean | TD target mean |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "MAE / constant: per seed; beats constant: seeds whose MAE is below the constant guess's; collapsed: "
+            "seeds whose mean estimate is below 0.1 where the Monte-Carlo mean is above 0.2; critic samples min: "
+            "the fewest critic training samples in a TD update, over the seeds.",
+            "",
+            "| V | method | seeds | MAE | constant-guess MAE | MAE / constant | beats constant | ECE | Pearson "
+            "| estimate mean | MC mean | collapsed | TD estimate mean | TD target mean | critic samples min |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for v, m, cals in calibrated:
             cell = lambda key: fmt([c[key] for c in cals], 3)  # noqa: E731
-            lines.append(f"| {v} | {m} | {len(cals)} | {cell('mae')} | {cell('constant_mae')} | {cell('ece')} "
-                         f"| {fmt([c['pearson'] for c in cals], 2)} | {cell('estimate_mean')} | {cell('mc_mean')} "
-                         f"| {cell('td_estimate_mean')} | {cell('td_target_mean')} |")
+            ratios = " / ".join(f"{c['mae'] / c['constant_mae']:.2f}" for c in cals)
+            beats = sum(c["mae"] < c["constant_mae"] for c in cals)
+            collapsed = sum(c["estimate_mean"] < 0.1 and c["mc_mean"] > 0.2 for c in cals)
+            critic_min = min((c.get("critic_samples_min", math.nan) for c in summary["lengths"][v]["methods"][m]["checks"]),
+                             default=math.nan)
+            lines.append(f"| {v} | {m} | {len(cals)} | {cell('mae')} | {cell('constant_mae')} | {ratios} | {beats}/{len(cals)} "
+                         f"| {cell('ece')} | {fmt([c['pearson'] for c in cals], 2)} | {cell('estimate_mean')} | {cell('mc_mean')} "
+                         f"| {collapsed}/{len(cals)} | {cell('td_estimate_mean')} | {cell('td_target_mean')} | {critic_min:.0f} |")
     return "\n".join(lines)
 
 

@@ -229,3 +229,47 @@ def test_the_value_loss_adds_its_gradient_to_the_policy_loss(tiny_model, tokeniz
                 p -= 0.1 * p.grad
     for mine, theirs in zip(tiny_model.parameters(), by_hand.parameters()):
         assert torch.allclose(mine, theirs, atol=1e-5)
+
+
+def test_the_expected_critic_takes_its_epochs_in_the_warm_up_too():
+    from tempo_plugin.embedded.multi_turn import critic_epochs
+    from tempo_plugin.method.schedule import TD, WARMUP
+
+    assert critic_epochs(TempoConfig(critic_epochs=5), TD) == 5
+    assert critic_epochs(TempoConfig(critic_epochs=5), WARMUP) == 1  # the sampled critic: one warm-up step
+    assert critic_epochs(TempoConfig(critic_epochs=5, critic_value="expected"), WARMUP) == 5
+
+
+class _ChunkProtocol:
+    """A stand-in protocol whose tokens are whole strings, so a test can split ``<value>`` at will."""
+
+    def __init__(self, chunks):
+        self.vocab = {c: i for i, c in enumerate(dict.fromkeys(chunks))}
+        self.stop_token_ids = (len(self.vocab),)
+
+    def ids(self, chunks):
+        return [self.vocab[c] for c in chunks]
+
+    def decode(self, ids):
+        words = {i: c for c, i in self.vocab.items()}
+        return "".join(words.get(i, "") for i in ids)
+
+
+@pytest.mark.parametrize("chunks, reasoning, lead", [
+    (["Keys", ": 3. ", "<value>", "0", ".", "4", "</value>"], ["Keys", ": 3. "], ""),  # the tag one token (tiny)
+    (["Keys", ": 3.", " <", "value", ">", "0", ".", "4"], ["Keys", ": 3."], " "),  # split, a space before it
+    (["<value>", "0", ".", "9"], [], ""),  # answered at once
+    (["Keys", ": 3", "."], ["Keys", ": 3", "."], " "),  # cut off before any tag: all of it
+])
+def test_the_reasoning_ends_where_the_value_tag_starts(chunks, reasoning, lead):
+    from tempo_plugin.method.critic_calls import CriticCalls
+    from tempo_plugin.rollout.sampler import Completion
+
+    protocol = _ChunkProtocol(chunks)
+    calls = CriticCalls.__new__(CriticCalls)  # value_cut reads the protocol only
+    calls.protocol = protocol
+    ids = protocol.ids(chunks)
+    completion = Completion(ids, [0.0] * len(ids), "".join(chunks), "length")
+    assert calls.value_cut(completion) == (protocol.ids(reasoning), lead)
+    stopped = Completion(ids + [protocol.stop_token_ids[0]], [0.0] * (len(ids) + 1), "".join(chunks), "stop")
+    assert calls.value_cut(stopped) == (protocol.ids(reasoning), lead)  # the stop token is never reasoning

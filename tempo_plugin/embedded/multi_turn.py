@@ -123,9 +123,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                 group["lr"] = cfg.td_learning_rate
         batch = run_update(rollout, phase, update, next_game, store)
         train_tic = time.perf_counter()
-        # extra critic steps in TD updates only: in the critic-only warm-up they broke the shared
-        # model's action format (docs/experiments/critic.md)
-        train_metrics = train_step(trainer, batch.samples, cfg.critic_epochs if phase == TD else 1)
+        train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase))
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
         progress.audits = [list(p) for p in rollout.audits.pairs]
@@ -191,7 +189,7 @@ def mc_refresh(rollout: TempoRollout, trainer: PolicyTrainer, update: int, next_
     tic = time.perf_counter()
     refresh = rollout.warmup_update(update + MC_REFRESH_OFFSET, [next_game() for _ in range(rollout.cfg.warmup_games_per_batch)])
     train_tic = time.perf_counter()
-    refresh.metrics.update(train_step(trainer, refresh.samples))
+    refresh.metrics.update(train_step(trainer, refresh.samples, critic_epochs(rollout.cfg, WARMUP)))
     refresh.metrics.update({"time/train": time.perf_counter() - train_tic, "time/update": time.perf_counter() - tic})
     return refresh
 
@@ -221,6 +219,14 @@ def warn_if_critic_collapsed(metrics: dict[str, float], progress: Progress, upda
               f"states it valued, or one value for every state, for {IDENTICAL_PATIENCE} updates: it no longer tells "
               "states apart and its group-relative reward is 0 (try --critic-value expected, a lower --learning-rate, "
               "or --audit-weight 1)", file=sys.stderr, flush=True)
+
+
+def critic_epochs(cfg: TempoConfig, phase: str) -> int:
+    """The critic's optimiser steps in an update of ``phase``: --critic-epochs in TD updates; in the
+    critic-only warm-up and refreshes 1 for the sampled critic (more broke the shared model's action
+    format, docs/experiments/critic.md) and --critic-epochs for the expected critic, whose value
+    cross-entropy trains only its answer tokens."""
+    return cfg.critic_epochs if phase == TD or cfg.critic_value == "expected" else 1
 
 
 def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:

@@ -112,11 +112,11 @@ class CriticCalls(Play):
         """(the tokens before the one where ``<value>`` starts, the text of that token before the
         tag); without a tag (all tokens but a final stop token, " ")."""
         tokens = completion.token_ids
-        if VALUE_TAG in completion.text.lower():
+        at = self.protocol.decode(tokens).lower().find(VALUE_TAG)
+        if at >= 0:  # the first token that reaches into the tag: the tag may be split over several
             for i in range(len(tokens)):
                 text = self.protocol.decode(tokens[: i + 1])
-                at = text.lower().find(VALUE_TAG)
-                if at >= 0:
+                if len(text) > at:
                     return list(tokens[:i]), text[len(self.protocol.decode(tokens[:i])):at]
         end = len(tokens) - (1 if tokens and tokens[-1] in self.protocol.stop_token_ids else 0)
         return list(tokens[:end]), " "
