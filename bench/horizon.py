@@ -53,13 +53,17 @@ WARMUP = ["--warmup-updates", "2"]
 """TEMPO's critic-only warm-up, scaled to the budget: 2 updates of 4 games x N = 6 complete episodes
 take about a quarter of it, as the default 6 do of bench/credit.py's 5,000 steps on 3 vaults (the
 default 6 took three quarters of a 2-vault budget here and left 2 TD updates)."""
+EXPECTED = ["--critic-value", "expected", "--value-loss-weight", "0.1", "--critic-epochs", "8"]
+"""The expected-value critic as measured in docs/experiments/critic-calibration.md: beta 0.1 keeps the
+value cross-entropy's share of the joint step's gradient norm at about a third (beta 1: 0.8-0.95),
+and 8 critic steps per update (supervised, so repeatable) let its readout follow its targets."""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
     "TEMPO (audits)": ["--advantage-estimator", "tempo", *WARMUP, "--audit-weight", "1", "--mc-refresh-every", "0"],
-    "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, "--critic-value", "expected"],
-    "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, "--critic-value", "expected",
-                                  "--audit-weight", "1", "--mc-refresh-every", "0"],
+    "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED],
+    "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED,
+                                  "--audit-weight", "0.5", "--mc-refresh-every", "0"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }
