@@ -273,3 +273,27 @@ def test_the_reasoning_ends_where_the_value_tag_starts(chunks, reasoning, lead):
     assert calls.value_cut(completion) == (protocol.ids(reasoning), lead)
     stopped = Completion(ids + [protocol.stop_token_ids[0]], [0.0] * (len(ids) + 1), "".join(chunks), "stop")
     assert calls.value_cut(stopped) == (protocol.ids(reasoning), lead)  # the stop token is never reasoning
+
+
+def test_extra_critic_steps_repeat_the_value_cross_entropy_only():
+    from tempo_plugin.embedded.multi_turn import train_step
+    from tempo_plugin.rollout.samples import ACTOR, CRITIC
+
+    class Recorder:
+        def __init__(self):
+            self.steps = []
+
+        def step(self, samples):
+            self.steps.append(sorted(s.role for s in samples))
+            return {"train/loss": 0.0}
+
+    def sample(role):
+        return make_sample([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], 0.5, role, 0, 0.0)
+
+    expected = [sample(ACTOR), sample(CRITIC), sample(VALUE), sample(VALUE)]
+    recorder = Recorder()
+    train_step(recorder, expected, critic_epochs=3)
+    assert recorder.steps == [["actor", "critic", "value", "value"], ["value", "value"], ["value", "value"]]
+    recorder = Recorder()
+    train_step(recorder, [sample(ACTOR), sample(CRITIC)], critic_epochs=2)  # the sampled critic
+    assert recorder.steps == [["actor", "critic"], ["critic"]]

@@ -231,11 +231,13 @@ def critic_epochs(cfg: TempoConfig, phase: str) -> int:
 
 def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:
     """One update's training: the joint clipped step on all ``samples``, then ``critic_epochs - 1``
-    more steps on the critic samples alone (sampled critic: the same old log-probs, so the PPO ratio
-    clip bounds how far they move; expected critic: the value cross-entropy again). Returns the
-    joint step's metrics."""
+    more steps on the critic's samples alone: the sampled critic's (the same old log-probs, so the
+    PPO ratio clip bounds how far they move), or the expected critic's value cross-entropy only
+    (its reasoning's policy-gradient samples take the joint step alone: 8 clipped steps on them in a
+    critic-only refresh broke the actor's action format, docs/experiments/critic-calibration.md).
+    Returns the joint step's metrics."""
     metrics = trainer.step(samples)
-    critic_only = [s for s in samples if s.role in (CRITIC, VALUE)]
+    critic_only = [s for s in samples if s.role == VALUE] or [s for s in samples if s.role == CRITIC]
     for _ in range(critic_epochs - 1 if critic_only else 0):
         trainer.step(critic_only)
     return metrics
