@@ -254,7 +254,7 @@ def table(summary: dict, args: argparse.Namespace) -> str:
         ]
         for v, m, cals in calibrated:
             cell = lambda key: fmt([c[key] for c in cals], 3)  # noqa: E731
-            ratios = " / ".join(f"{c['mae'] / c['constant_mae']:.2f}" for c in cals)
+            ratios = " / ".join(f"{c['mae'] / c['constant_mae']:.2f}" if c["constant_mae"] > 0 else "-" for c in cals)
             beats = sum(c["mae"] < c["constant_mae"] for c in cals)
             collapsed = sum(c["estimate_mean"] < 0.1 and c["mc_mean"] > 0.2 for c in cals)
             critic_min = min((c.get("critic_samples_min", math.nan) for c in summary["lengths"][v]["methods"][m]["checks"]),
