@@ -55,8 +55,9 @@ take about a quarter of it, as the default 6 do of bench/credit.py's 5,000 steps
 default 6 took three quarters of a 2-vault budget here and left 2 TD updates)."""
 EXPECTED = ["--critic-value", "expected", "--value-loss-weight", "0.1", "--critic-epochs", "8"]
 """The expected-value critic as measured in docs/experiments/critic-calibration.md: beta 0.1 keeps the
-value cross-entropy's share of the joint step's gradient norm at about a third (beta 1: 0.8-0.95),
-and 8 critic steps per update (supervised, so repeatable) let its readout follow its targets."""
+value cross-entropy's share of a TD update's gradient norm at 0.2-0.6 (beta 1: 0.76-0.99), and 8
+critic steps per update move its readout off its prior (1 step barely does), but broke the shared
+tiny model's actions on one seed of three at 2 vaults."""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],

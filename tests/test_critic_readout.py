@@ -56,7 +56,7 @@ def test_expected_value_by_hand():
         expected_value([0.0] * 100)
 
 
-def test_both_tokenizers_write_every_answer_in_digits(tokenizer):
+def test_the_tiny_tokenizer_writes_every_answer_in_digits(tokenizer):
     """The tiny tokenizer isolates digits: <value> 0 . 4 2 </value>, six tokens for every answer,
     which differ only in the three digit tokens; the readout enumerates all 101 answers whole, so a
     tokenizer that merged digits would be scored just as right."""

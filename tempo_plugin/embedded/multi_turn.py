@@ -126,7 +126,6 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase))
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
-        progress.audits = [list(p) for p in rollout.audits.pairs]
         total_seconds = time.perf_counter() - tic
         progress.env_steps += int(batch.metrics.get("rollout/rounds", 0))
         for depth in batch.start_depths:
@@ -144,7 +143,6 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         log_value_pairs(value_log, phase, update, batch.value_pairs)
         if phase == TD and mc_refresh_due(cfg, update):
             refresh = mc_refresh(rollout, trainer, update, next_game)
-            progress.audits = [list(p) for p in rollout.audits.pairs]
             progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
             log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),
                      ENV_STEPS: float(progress.env_steps)})
@@ -156,6 +154,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                             corr=f"{metrics.get('critic/value_corr', float('nan')):.2f}")
             warn_if_critic_collapsed(metrics, progress, update)
         progress.next_update = update + 1
+        progress.audits = [list(p) for p in rollout.audits.pairs]  # the readiness gate's, saved with the checkpoint
         if cfg.eval_every and cfg.eval_games > 0 and progress.next_update % cfg.eval_every == 0 \
                 and progress.next_update < cfg.total_updates and not 0 < cfg.max_env_steps <= progress.env_steps:
             evaluate(progress.next_update, "current")

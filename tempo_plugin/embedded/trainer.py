@@ -202,7 +202,8 @@ class PolicyTrainer:
                     self.eps_clip, self.eps_clip_high,
                 )
                 share = (len(batch) - values) / total  # a mean over samples
-            loss = out.loss * share
+            policy_loss = out.loss * share
+            loss = policy_loss.detach()
             if values:
                 # the value cross-entropy's gradient kept apart until the step, so that its share of
                 # the gradient norm can be reported (train/value_grad_share)
@@ -213,8 +214,8 @@ class PolicyTrainer:
                         acc.add_(grad)
                 value_loss_sum += value_loss.item()
                 loss = loss + value_loss.detach()
-            if out.loss.requires_grad and len(batch) > values:
-                (out.loss * share).backward()
+            if len(batch) > values:
+                policy_loss.backward()
             weight = (len(batch) - values) / total
             loss_sum += loss.item()
             clip_sum += out.clip_fraction.item() * weight
@@ -223,7 +224,7 @@ class PolicyTrainer:
             logprob_gap += (logprobs.detach() - tensors["old_logprobs"]).abs()[mask].sum().item()
             gap_count += int(mask.sum().item())
         value_norm = policy_norm = 0.0
-        if value_loss_sum:
+        if value_grad_sum:
             policy_norm = grad_norm_of([p.grad for p in trained if p.grad is not None])
             value_norm = grad_norm_of(value_grad_sum)
             for param, acc in zip(trained, value_grad_sum):

@@ -175,7 +175,8 @@ class TempoUpdates(CriticCalls):
         samples, errors, _, degenerate = self.critic_training(
             [(call, target, group) for group, (call, target) in enumerate(zip(calls, targets)) if call.answered])
         pairs = self.value_pairs(calls, targets)
-        self.audits.add(pairs)  # complete episodes: their outcomes audit the critic too
+        if cfg.audit_weight > 0:
+            self.audits.add(pairs)  # complete episodes: their outcomes audit the critic too
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -227,9 +228,7 @@ class TempoUpdates(CriticCalls):
         critic_samples, errors, critic_sigma, degenerate = self.critic_training(critic, cfg.critic_advantage_std)
         actor_samples, raw = self._actor_batch(signals.actor, weights)
         samples = critic_samples + actor_samples
-        audit_pairs = [(mean([v for v in c.values if v is not None]), outcomes[g]) for g, c in enumerate(start_calls)
-                       if g in outcomes and any(v is not None for v in c.values)]
-        self.audits.add(audit_pairs)
+        self.audits.add(self.value_pairs(start_calls, [outcomes.get(g) for g in range(len(start_calls))]))
 
         new_states = [
             s for s in endpoints.states

@@ -81,12 +81,12 @@ NOT_ON_SLIME: dict[str, str] = {
     "readiness_gate": "the readiness gate judges audits, which run on the embedded runtime only",
     "value_loss_weight": "the value cross-entropy (critic_value: expected) runs on the embedded runtime only",
 }
+"""TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
 SAMPLED_CRITIC_ONLY = ("critic_value: expected needs the critic's likelihood of all 101 <value> answers and a loss "
                        "term that is no policy gradient; the slime rollout trains the sampled critic only: remove it "
                        "from the YAML or set critic_value: sampled")
 """Why a slime run refuses --critic-value expected."""
-"""TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
 
 def rollout_estimator(rollout_function_path: str) -> str:
