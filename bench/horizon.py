@@ -58,6 +58,11 @@ EXPECTED = ["--critic-value", "expected", "--value-loss-weight", "0.1", "--criti
 value cross-entropy's share of a TD update's gradient norm at 0.2-0.6 (beta 1: 0.76-0.99), and 8
 critic steps per update move its readout off its prior (1 step barely does), but broke the shared
 tiny model's actions on one seed of three at 2 vaults."""
+SEPARATE = ["--critic-weights", "separate", "--critic-value", "expected", "--value-loss-weight", "1",
+            "--critic-epochs", "8", "--audit-weight", "1", "--mc-refresh-every", "0"]
+"""The expected critic on weights of its own (its training cannot move the actor, so the value
+cross-entropy takes its full weight and 8 steps per update, warm-up included), its targets the audits'
+outcomes, no refresh."""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
@@ -65,6 +70,9 @@ METHODS: dict[str, list[str]] = {
     "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED],
     "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED,
                                   "--audit-weight", "0.5", "--mc-refresh-every", "0"],
+    "TEMPO (separate critic)": ["--advantage-estimator", "tempo", *WARMUP, *SEPARATE],
+    "TEMPO (separate critic, lr 3e-4)": ["--advantage-estimator", "tempo", *WARMUP, *SEPARATE,
+                                         "--critic-learning-rate", "3e-4"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }

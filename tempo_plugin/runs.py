@@ -1,7 +1,8 @@
 """What a path on the command line of the tools (eval, analysis) points at: a run or a model.
 
 A **run directory** is what ``python -m tempo_plugin.train --out DIR`` writes: ``config.yaml`` and
-the policy's weights, in ``checkpoints/latest/`` (TEMPO, multi-turn GRPO) or ``policy/``
+the policy's weights, in ``checkpoints/latest/`` (TEMPO, multi-turn GRPO; a TEMPO critic with weights
+of its own in ``checkpoints/latest/generative_critic/``) or ``policy/``
 (single-turn GRPO/PPO/TPPO; their scalar critic in ``critic/``). A **model directory** is any local
 Hugging Face model directory (``config.json`` + tokenizer), with no run settings.
 """
@@ -19,6 +20,9 @@ POLICY_DIRS = ("checkpoints/latest", "policy")
 """Where a run keeps its policy, in the order looked for."""
 CRITIC_DIR = "critic"
 """Where a single-turn PPO/TPPO run keeps its scalar critic."""
+GENERATIVE_CRITIC_DIR = "generative_critic"
+"""Where a TEMPO checkpoint keeps its critic's own weights and optimiser (--critic-weights separate),
+inside the policy's folder."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,12 @@ class RunRef:
         """The run's scalar critic (PPO/TPPO), or None."""
         candidate = self.path / CRITIC_DIR
         return candidate if (candidate / "critic.safetensors").is_file() else None
+
+    @property
+    def generative_critic_dir(self) -> Path | None:
+        """The run's generative critic when it has weights of its own (--critic-weights separate), or None."""
+        candidate = self.model_dir / GENERATIVE_CRITIC_DIR
+        return candidate if holds_model(candidate) else None
 
 
 def resolve_run(path: str | Path) -> RunRef:

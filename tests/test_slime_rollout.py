@@ -369,6 +369,7 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     ("value_loss_weight", 2.0, "'value_loss_weight' has no effect on slime: .*embedded runtime only"),
     ("audit_weight", 1.0, "audit_weight 1.0: the audit branches .* embedded runtime only"),
     ("critic_value", "expected", "critic_value 'expected': .*the slime rollout trains the sampled critic only"),
+    ("critic_weights", "separate", "critic_weights 'separate': .*the slime rollout's critic is the actor model itself"),
 ])
 def test_settings_slime_would_ignore_are_refused(tmp_path, tokenizer_dir, key, value, says):
     args = slime_args(tmp_path, tokenizer_dir, "http://127.0.0.1:1")
@@ -384,7 +385,7 @@ READ_ON_SLIME = {
     "invalid_action_penalty", "prefix_is_clip", "prefix_is_normalise", "prefix_is_max_staleness",
     "normalise_advantages", "critic_advantage_std", "unvalued_endpoint", "warmup_start_states", "critic_prompt",
     "policy_loss", "restore", "env", "env_data", "vaults", "max_trajectory_tokens", "max_assistant_tokens",
-    "critic_max_tokens", "eval_games", "eval_split", "critic_value",
+    "critic_max_tokens", "eval_games", "eval_split", "critic_value", "critic_weights",
 }
 """The TEMPO YAML keys the slime rollout reads (written out by hand: a new field must be placed)."""
 

@@ -224,7 +224,14 @@ def run(args: argparse.Namespace) -> dict:
             make_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults, cfg.eval_split)
         except (ValueError, ImportError, FileNotFoundError) as error:
             raise UsageError(f"{args.run}: environment {cfg.env!r}: {error}") from None
-        rollout = TempoRollout(cfg, sampler, protocol, make_env)
+        critic_sampler, critic_identity = None, actor
+        if ref.generative_critic_dir is not None:  # --critic-weights separate: the critic's own weights
+            print(f"loading the run's critic from {ref.generative_critic_dir} ...", flush=True)
+            critic_model, _ = load_pretrained(str(ref.generative_critic_dir), device)
+            critic_sampler = LocalSampler(critic_model, tokenizer, max_batch_size=max(64, args.rows),
+                                          max_batch_tokens=args.batch_tokens)
+            critic_identity = weights_identity(ref.generative_critic_dir)
+        rollout = TempoRollout(cfg, sampler, protocol, make_env, critic_sampler=critic_sampler)
         every = args.every_rounds or cfg.macro_rounds
         state_key = settings_key(actor=actor, games=args.games, every=every, seed=args.seed, generation=generation)
         base = _cached_states(out / "states.json", state_key)
@@ -234,7 +241,7 @@ def run(args: argparse.Namespace) -> dict:
             _save_states(out / "states.json", state_key, base)
         candidates = args.candidate_actions if args.action_states else 0
         children = action_children(base, make_env, protocol, cfg, args.action_states, candidates, args.seed)
-        critics.append(GenerativeCritic(_critic_name(names, "generative"), rollout, args.critic_samples, actor))
+        critics.append(GenerativeCritic(_critic_name(names, "generative"), rollout, args.critic_samples, critic_identity))
         for critic_ref in critic_refs:
             print(f"loading the critic model {critic_ref.model_dir} ...", flush=True)
             other, other_tokenizer = load_pretrained(str(critic_ref.model_dir), device)

@@ -81,7 +81,7 @@ def checkpoint_damage(directory: Path) -> list[str]:
     problems = [f"{directory / name} is missing" for name in REQUIRED if not (directory / name).is_file()]
     if not any(directory.glob("*.safetensors")):
         problems.append(f"{directory} holds no weights (*.safetensors)")
-    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):  # a separate critic's folder too
         damage = file_damage(path)
         if damage:
             problems.append(f"{path} is damaged ({damage})")

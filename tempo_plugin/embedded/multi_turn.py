@@ -25,6 +25,7 @@ from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     Progress,
     checkpoint_to_resume,
+    generative_critic_model,
     load_checkpoint,
     load_policy_with_progress,
     metrics_logs,
@@ -88,14 +89,20 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                                base="" if cfg.warm_start_steps else cfg.model)
     model.eval()
     protocol = ChatProtocol(tokenizer)
-    rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env)
+    # --critic-weights separate: the critic's own copy of the weights, sampled and trained apart from the actor
+    critic_trainer = None
+    if cfg.critic_weights == "separate":
+        critic_model = generative_critic_model(cfg, model, resume_from, device)
+        critic_trainer = policy_trainer(cfg, critic_model, tokenizer, cfg.critic_learning_rate)
+    rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env,
+                           critic_sampler=LocalSampler(critic_trainer.model, tokenizer) if critic_trainer else None)
     eval_rollout = TempoRollout(cfg, rollout.sampler, protocol, make_eval_env)  # held-out games only
     trainer = policy_trainer(cfg, model, tokenizer, cfg.learning_rate)
     optimizer = trainer.optimizer
     store = StateStore(cfg.state_store_capacity, seed=cfg.seed + 1)
     progress = Progress()
     if cfg.resume:
-        store, progress = load_checkpoint(resume_from, optimizer)
+        store, progress = load_checkpoint(resume_from, optimizer, critic_trainer.optimizer if critic_trainer else None)
         rollout.audits.add([tuple(p) for p in progress.audits])
     log, wandb_run = metrics_logs(cfg, out, keep_updates_below=progress.next_update if cfg.resume else None)
     value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
@@ -123,7 +130,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                 group["lr"] = cfg.td_learning_rate
         batch = run_update(rollout, phase, update, next_game, store)
         train_tic = time.perf_counter()
-        train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase))
+        train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase), critic_trainer)
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
         total_seconds = time.perf_counter() - tic
@@ -142,7 +149,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         log.log(metrics)
         log_value_pairs(value_log, phase, update, batch.value_pairs)
         if phase == TD and mc_refresh_due(cfg, update):
-            refresh = mc_refresh(rollout, trainer, update, next_game)
+            refresh = mc_refresh(rollout, trainer, update, next_game, critic_trainer)
             progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
             log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),
                      ENV_STEPS: float(progress.env_steps)})
@@ -160,7 +167,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             evaluate(progress.next_update, "current")
         out_of_budget = 0 < cfg.max_env_steps <= progress.env_steps
         if progress.next_update % cfg.save_every == 0 or progress.next_update == cfg.total_updates or out_of_budget:
-            save_checkpoint(checkpoint, model, tokenizer, optimizer, store, progress)
+            save_checkpoint(checkpoint, model, tokenizer, optimizer, store, progress, critic_trainer)
         if out_of_budget:
             print(f"\n--max-env-steps {cfg.max_env_steps} reached after {progress.next_update} updates", flush=True)
             break
@@ -182,13 +189,15 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     return summary
 
 
-def mc_refresh(rollout: TempoRollout, trainer: PolicyTrainer, update: int, next_game: Callable[[], int]) -> UpdateBatch:
+def mc_refresh(rollout: TempoRollout, trainer: PolicyTrainer, update: int, next_game: Callable[[], int],
+               critic_trainer: PolicyTrainer | None = None) -> UpdateBatch:
     """The Monte-Carlo refresh after TD update ``update``: a warm-up update on fresh games (sampling
-    streams of its own), trained with one step; its metrics include the step's and its times."""
+    streams of its own), trained as ``train_step`` trains a warm-up; its metrics include the step's
+    and its times."""
     tic = time.perf_counter()
     refresh = rollout.warmup_update(update + MC_REFRESH_OFFSET, [next_game() for _ in range(rollout.cfg.warmup_games_per_batch)])
     train_tic = time.perf_counter()
-    refresh.metrics.update(train_step(trainer, refresh.samples, critic_epochs(rollout.cfg, WARMUP)))
+    refresh.metrics.update(train_step(trainer, refresh.samples, critic_epochs(rollout.cfg, WARMUP), critic_trainer))
     refresh.metrics.update({"time/train": time.perf_counter() - train_tic, "time/update": time.perf_counter() - tic})
     return refresh
 
@@ -228,17 +237,35 @@ def critic_epochs(cfg: TempoConfig, phase: str) -> int:
     return cfg.critic_epochs if phase == TD or cfg.critic_value == "expected" else 1
 
 
-def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1) -> dict[str, float]:
-    """One update's training: the joint clipped step on all ``samples``, then ``critic_epochs - 1``
-    more steps on the critic's samples alone: the sampled critic's (the same old log-probs, so the
-    PPO ratio clip bounds how far they move), or the expected critic's value cross-entropy only
-    (its reasoning's policy-gradient samples take the joint step alone: 8 clipped steps on them in a
-    critic-only refresh broke the actor's action format, docs/experiments/critic-calibration.md).
-    Returns the joint step's metrics."""
-    metrics = trainer.step(samples)
-    critic_only = [s for s in samples if s.role == VALUE] or [s for s in samples if s.role == CRITIC]
-    for _ in range(critic_epochs - 1 if critic_only else 0):
-        trainer.step(critic_only)
+def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1,
+               critic_trainer: PolicyTrainer | None = None) -> dict[str, float]:
+    """One update's training. One model (``critic_trainer`` None): the joint clipped step on all
+    ``samples``, then ``critic_epochs - 1`` more steps on the critic's samples alone: the sampled
+    critic's (the same old log-probs, so the PPO ratio clip bounds how far they move), or the
+    expected critic's value cross-entropy only (its reasoning's policy-gradient samples take the
+    joint step alone: 8 clipped steps on them in a critic-only refresh broke the actor's action
+    format, docs/experiments/critic-calibration.md). Returns the joint step's metrics.
+
+    A separate critic (--critic-weights separate): the actor's samples take one step of
+    ``trainer`` (none in a critic-only update: ``train/skipped``), the critic's samples ``critic_epochs`` steps of
+    ``critic_trainer`` by the same rule; the critic's first step's metrics are returned as
+    ``train/critic/*`` beside the actor's, its value cross-entropy as ``train/value_*``."""
+    critic_roles = (CRITIC, VALUE)
+    repeated = [s for s in samples if s.role == VALUE] or [s for s in samples if s.role == CRITIC]
+    if critic_trainer is None:
+        metrics = trainer.step(samples)
+        for _ in range(critic_epochs - 1 if repeated else 0):
+            trainer.step(repeated)
+        return metrics
+    actor = [s for s in samples if s.role not in critic_roles]
+    critic = [s for s in samples if s.role in critic_roles]
+    metrics = trainer.step(actor)  # none (a critic-only update): no step, train/skipped
+    if critic:
+        critic_metrics = critic_trainer.step(critic)
+        for _ in range(critic_epochs - 1):
+            critic_trainer.step(repeated)
+        for key, value in critic_metrics.items():
+            metrics[key if key.startswith("train/value_") else key.replace("train/", "train/critic/", 1)] = value
     return metrics
 
 

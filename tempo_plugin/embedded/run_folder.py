@@ -22,10 +22,11 @@ import yaml
 
 from tempo_plugin.embedded.checkpoint_integrity import checkpoint_damage
 from tempo_plugin.embedded.lora import is_adapter_dir, save_model
-from tempo_plugin.embedded.model import load_policy
+from tempo_plugin.embedded.model import load_adapted, load_policy, load_pretrained
 from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag
 from tempo_plugin.metrics import PLOTTED_METRICS, MetricsLog, plot_curves, summary_dict
+from tempo_plugin.runs import GENERATIVE_CRITIC_DIR
 from tempo_plugin.states.store import StateStore
 from tempo_plugin.wandb_log import WandbRun
 
@@ -44,15 +45,22 @@ class Progress:
 
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
-                    store: StateStore, progress: Progress) -> None:
+                    store: StateStore, progress: Progress, critic: PolicyTrainer | None = None) -> None:
     """Write to a temporary folder, then swap it in, so a crash never leaves a half checkpoint.
-    Everything but the weights (safetensors; with LoRA the adapters only) and the optimizer (tensors) is JSON."""
+    Everything but the weights (safetensors; with LoRA the adapters only) and the optimizer (tensors) is JSON.
+    ``critic``: the separate generative critic's model and optimiser, into GENERATIVE_CRITIC_DIR (a
+    model directory of its own, with the tokenizer)."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_model(model, tmp)  # safetensors
-    tokenizer.save_pretrained(tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    parts = [(tmp, model, optimizer)]
+    if critic is not None:
+        parts.append((tmp / GENERATIVE_CRITIC_DIR, critic.model, critic.optimizer))
+    for folder, weights, weights_optimizer in parts:
+        folder.mkdir(exist_ok=True)
+        save_model(weights, folder)  # safetensors
+        tokenizer.save_pretrained(folder)
+        torch.save(weights_optimizer.state_dict(), folder / "optimizer.pt")
     store.save(tmp / "store.json")
     (tmp / "rng.json").write_text(json.dumps(rng_state()))
     (tmp / "progress.json").write_text(json.dumps(progress.__dict__))
@@ -135,9 +143,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
 
 
-def load_checkpoint(directory: Path, optimizer: torch.optim.Optimizer) -> tuple[StateStore, Progress]:
-    """Loads data only: tensors (weights_only), JSON; nothing in the checkpoint runs as code."""
+def load_checkpoint(directory: Path, optimizer: torch.optim.Optimizer,
+                    critic_optimizer: torch.optim.Optimizer | None = None) -> tuple[StateStore, Progress]:
+    """Loads data only: tensors (weights_only), JSON; nothing in the checkpoint runs as code.
+    ``critic_optimizer``: the separate critic's, from GENERATIVE_CRITIC_DIR when it is there."""
     optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+    critic_state = directory / GENERATIVE_CRITIC_DIR / "optimizer.pt"
+    if critic_optimizer is not None and critic_state.is_file():
+        critic_optimizer.load_state_dict(torch.load(critic_state, weights_only=True))
     set_rng_state(json.loads((directory / "rng.json").read_text()))
     progress = Progress(**json.loads((directory / "progress.json").read_text()))
     return StateStore.load(directory / "store.json"), progress
@@ -206,6 +219,26 @@ def load_policy_with_progress(cfg: TempoConfig, device: torch.device) -> tuple[A
     if bar:
         bar.close()
     return model, tokenizer
+
+
+def generative_critic_model(cfg: TempoConfig, policy: Any, resume_from: Path | None, device: torch.device) -> Any:
+    """The separate generative critic (--critic-weights separate): on --resume the checkpoint's
+    GENERATIVE_CRITIC_DIR, else (or when the checkpoint has none: a run that switched with
+    --allow-config-change) a copy of the policy as it starts, trained on its own from here."""
+    import copy
+
+    saved = resume_from / GENERATIVE_CRITIC_DIR if resume_from is not None else None
+    if saved is not None and saved.is_dir():
+        if cfg.lora_rank:
+            critic, _ = load_adapted(saved, device, trainable=True, cache_dir=cfg.cache_dir)
+        else:
+            critic, _ = load_pretrained(str(saved), device)
+    else:
+        if saved is not None:
+            print(f"--resume: {saved} is missing; the critic starts as a copy of the resumed policy", file=sys.stderr)
+        critic = copy.deepcopy(policy)
+    critic.eval()
+    return critic
 
 
 def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: float) -> PolicyTrainer:

@@ -53,7 +53,8 @@ class CriticCall:
 
 
 class CriticCalls(Play):
-    """The generative critic on the run's sampler: its prompt, K samples per state, their signals."""
+    """The generative critic on the run's critic sampler (the policy's own sampler unless
+    --critic-weights separate): its prompt, K samples per state, their signals."""
 
     def critic_prompt(self, state: MacroState) -> list[int]:
         if self.cfg.critic_prompt == "reference":
@@ -84,7 +85,7 @@ class CriticCalls(Play):
         requests = [
             Request(p, self.cfg.critic_max_tokens) for p in prompts if len(p) <= budget for _ in range(samples)
         ]
-        completions = iter(self.sampler.generate(requests, self.params, seed=seed) if requests else [])
+        completions = iter(self.critic_sampler.generate(requests, self.params, seed=seed) if requests else [])
         calls = [
             CriticCall(p, [next(completions) for _ in range(samples)] if len(p) <= budget else [])
             for p in prompts
@@ -105,7 +106,7 @@ class CriticCalls(Play):
         key = (tuple(prompt) + tuple(reasoning), lead)
         read = {} if read is None else read
         if key not in read:
-            read[key] = expected_value(self.sampler.answer_logprobs(list(key[0]), self.value_answers(lead)))
+            read[key] = expected_value(self.critic_sampler.answer_logprobs(list(key[0]), self.value_answers(lead)))
         return Readout(reasoning, lead, read[key])
 
     def value_cut(self, completion: Completion) -> tuple[list[int], str]:

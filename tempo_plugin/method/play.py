@@ -38,8 +38,11 @@ class Play:
     sampler: Sampler
     protocol: ChatProtocol
     make_env: Callable[[], Env]
+    critic_sampler: Sampler | None = None  # the generative critic's model (--critic-weights separate); None: ``sampler``
 
     def __post_init__(self) -> None:
+        if self.critic_sampler is None:
+            self.critic_sampler = self.sampler
         self.envs = EnvPool(self.make_env)  # every branch of the run reuses these (envs/pool.py)
         check_prefix_scoring(self.cfg, self.sampler)
 

@@ -88,6 +88,10 @@ SAMPLED_CRITIC_ONLY = ("critic_value: expected needs the critic's likelihood of 
                        "from the YAML or set critic_value: sampled")
 """Why a slime run refuses --critic-value expected."""
 
+SHARED_CRITIC_ONLY = ("critic_weights: separate needs a second trained copy of the policy for the critic; the slime "
+                      "rollout's critic is the actor model itself: remove it from the YAML or set critic_weights: shared")
+"""Why a slime run refuses --critic-weights separate."""
+
 
 def rollout_estimator(rollout_function_path: str) -> str:
     """The estimator a slime run trains, named by its --rollout-function-path
@@ -127,6 +131,8 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
             raise ConfigError(f"{path}: {key} {value!r}: {EMBEDDED_ONLY[name]}; remove it from the YAML (slime runs use 0)")
         if name == "critic_value" and value != "sampled":
             raise ConfigError(f"{path}: {key} {value!r}: {SAMPLED_CRITIC_ONLY}")
+        if name == "critic_weights" and value != "shared":
+            raise ConfigError(f"{path}: {key} {value!r}: {SHARED_CRITIC_ONLY}")
     warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
     if getattr(args, "num_rollout", None) is None:
         raise ConfigError("TEMPO on slime needs --num-rollout (warm-up updates plus TD updates)")
