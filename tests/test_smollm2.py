@@ -124,3 +124,25 @@ def test_the_recipes_settings_are_a_valid_config(estimator, extra):
     cfg = parse_config(listed + ["--advantage-estimator", estimator])
     assert (cfg.model, cfg.lora_rank, cfg.warm_start_steps, cfg.eval_games) == ("smollm2-135m", 32, 16, 64)
     assert cfg.multi_turn and cfg.env == "vaults"
+
+
+def test_smollm2_writes_every_value_answer_in_ten_tokens_and_the_reasoning_ends_before_the_tag(smollm2_tokenizer):
+    """SmolLM2 splits the tag (``<`` ``value`` ``>``; a space before it merges into `` <``) and writes
+    one token per digit: every one of the 101 answers is 10 distinct tokens, and the expected
+    readout's cut (``CriticCalls.value_cut``) ends the reasoning at the token that starts the tag,
+    keeping the space as the answers' lead."""
+    from tempo_plugin.critic.readout import value_answer_texts
+    from tempo_plugin.method.critic_calls import CriticCalls
+    from tempo_plugin.rollout.sampler import Completion
+
+    encoded = [smollm2_tokenizer.encode(t, add_special_tokens=False) for t in value_answer_texts()]
+    assert {len(e) for e in encoded} == {10} and len({tuple(e) for e in encoded}) == 101
+    assert smollm2_tokenizer.convert_ids_to_tokens(encoded[42])[3:7] == ["0", ".", "4", "2"]
+
+    calls = CriticCalls.__new__(CriticCalls)  # value_cut reads the protocol only
+    calls.protocol = ChatProtocol(smollm2_tokenizer)
+    reasoning = smollm2_tokenizer.encode("Keys: 3.", add_special_tokens=False)
+    ids = smollm2_tokenizer.encode("Keys: 3. <value>0.42</value>", add_special_tokens=False)
+    assert ids[: len(reasoning)] == reasoning
+    completion = Completion(ids, [0.0] * len(ids), smollm2_tokenizer.decode(ids), "stop")
+    assert calls.value_cut(completion) == (reasoning, " ")
