@@ -40,9 +40,13 @@ from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, mean_std, read_metrics
 from tempo_plugin.embedded.model import TINY_VERSION  # noqa: E402
 from tempo_plugin.config import parse_config  # noqa: E402
 
+REFRESH_CRITIC = ["--audit-weight", "0", "--mc-refresh-every", "4"]
+"""TEMPO's critic as it was the default until audits replaced it (2026-12-06): TD targets, a
+Monte-Carlo refresh after every 4th TD update. The committed tables of credit.py and horizon.py
+were made with it, so their "TEMPO" keeps it."""
 METHODS: dict[str, list[str]] = {
-    "TEMPO": ["--advantage-estimator", "tempo", "--eval-every", "6"],
-    "TEMPO + prefix IS": ["--advantage-estimator", "tempo", "--prefix-is-clip", "2.0", "--eval-every", "6"],
+    "TEMPO": ["--advantage-estimator", "tempo", *REFRESH_CRITIC, "--eval-every", "6"],
+    "TEMPO + prefix IS": ["--advantage-estimator", "tempo", *REFRESH_CRITIC, "--prefix-is-clip", "2.0", "--eval-every", "6"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo", "--eval-every", "3"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo", "--eval-every", "3"],
 }

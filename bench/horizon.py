@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from credit import BUILD_BOOTSTRAP, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
+from credit import BUILD_BOOTSTRAP, REFRESH_CRITIC, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
 
 from tempo_plugin.metrics import MC_REFRESH, read_metrics  # noqa: E402
 
@@ -64,10 +64,10 @@ SEPARATE = ["--critic-weights", "separate", "--critic-value", "expected", "--val
 cross-entropy takes its full weight and 8 steps per update, warm-up included), its targets the audits'
 outcomes, no refresh."""
 METHODS: dict[str, list[str]] = {
-    "TEMPO": ["--advantage-estimator", "tempo", *WARMUP],
+    "TEMPO": ["--advantage-estimator", "tempo", *WARMUP, *REFRESH_CRITIC],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
     "TEMPO (audits)": ["--advantage-estimator", "tempo", *WARMUP, "--audit-weight", "1", "--mc-refresh-every", "0"],
-    "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED],
+    "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED, *REFRESH_CRITIC],
     "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED,
                                   "--audit-weight", "0.5", "--mc-refresh-every", "0"],
     "TEMPO (separate critic)": ["--advantage-estimator", "tempo", *WARMUP, *SEPARATE],

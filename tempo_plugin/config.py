@@ -27,6 +27,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "normalise_advantages": False,
         "critic_advantage_std": 0.0,
         "mc_refresh_every": 0,
+        "audit_weight": 0.0,
         "critic_epochs": 1,
         "fresh_share": 0.0,
         "max_state_uses": 0,
@@ -57,9 +58,10 @@ class TempoConfig:
     warmup_updates: int = field(default=6, metadata={"help": "critic-only updates with Monte-Carlo targets"})
     warmup_games_per_batch: int = field(default=4, metadata={"help": "fresh games per warm-up update (x N episodes)"})
     td_updates: int = field(default=28, metadata={"help": "joint actor+critic TD updates"})
-    mc_refresh_every: int = field(default=4, metadata={
+    mc_refresh_every: int = field(default=0, metadata={
         "help": "after every this many TD updates, one more critic-only Monte-Carlo update like the warm-up's "
-                "(--warmup-games-per-batch fresh games played to the end; embedded runtime only); 0: never, as specified"})
+                "(--warmup-games-per-batch fresh games played to the end; embedded runtime only); 0: never, as specified "
+                "(the default: the audits of --audit-weight anchor the critic instead)"})
     state_store_capacity: int = field(default=256, metadata={"help": "FIFO capacity of the state store"})
     fresh_share: float = field(default=0.25, metadata={"help": "share of every TD batch's start states that are fresh games (round 0); the rest come from the store"})
     max_state_uses: int = field(default=2, metadata={"help": "a stored state leaves the store after this many uses as a start state (0: never)"})
@@ -102,10 +104,10 @@ class TempoConfig:
         "choices": ("shared", "separate")})
     value_loss_weight: float = field(default=1.0, metadata={
         "help": "beta: weight of the value cross-entropy (--critic-value expected) beside the actor's loss"})
-    audit_weight: float = field(default=0.0, metadata={
+    audit_weight: float = field(default=1.0, metadata={
         "help": "lambda: each TD start state also plays one audit branch to the episode's end; the critic's target is "
-                "(1 - lambda) G_TD + lambda z_audit (1: audits alone), the actor keeps G_TD; 0: no audits "
-                "(embedded runtime only)"})
+                "(1 - lambda) G_TD + lambda z_audit (1: audits alone), the actor keeps G_TD; 0: no audits, the critic "
+                "learns from TD targets as specified (embedded runtime only: slime runs use 0)"})
     readiness_gate: bool = field(default=True, metadata={
         "help": "with audits: the critic values non-terminal endpoints only while its Brier score on the recent audits "
                 "beats the constant guess (their mean); otherwise those endpoints take the audits' mean"})
