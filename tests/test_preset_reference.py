@@ -20,7 +20,7 @@ from tests.test_start_states import T, Games, config
 
 REFERENCE = {
     "critic_reward": "abs", "invalid_action_penalty": 0.0, "normalise_advantages": False, "critic_advantage_std": 0.0,
-    "mc_refresh_every": 0, "critic_epochs": 1, "fresh_share": 0.0, "max_state_uses": 0, "prefix_is_clip": 0.0,
+    "mc_refresh_every": 0, "audit_weight": 0.0, "critic_epochs": 1, "fresh_share": 0.0, "max_state_uses": 0, "prefix_is_clip": 0.0,
     "unvalued_endpoint": "zero", "warmup_start_states": False, "critic_prompt": "reference",
     "policy_loss": "importance_sampling",
 }
@@ -31,7 +31,8 @@ def test_the_preset_sets_every_reference_value_and_nothing_else():
     assert PRESETS["reference"] == REFERENCE
     default, reference = parse_config([]).to_dict(), parse_config(["--preset", "reference"]).to_dict()
     changed = {k for k in default if default[k] != reference[k]}
-    assert changed == set(REFERENCE) - {"prefix_is_clip"} | {"preset"}  # prefix IS is off by default too
+    # prefix IS and the refresh are off by default too
+    assert changed == set(REFERENCE) - {"prefix_is_clip", "mc_refresh_every"} | {"preset"}
     assert {k: reference[k] for k in REFERENCE} == REFERENCE
 
 
@@ -160,6 +161,10 @@ def test_condensed_transcript_by_hand():
     assert condensed_transcript((("system", "play"),)) == ""
 
 
+AUDIT_METRICS = {"audit/branches", "audit/rounds", "audit/success_rate", "critic/ready"}
+"""What the default's audits log in this short run (the Brier scores follow once AUDITS_MIN audits are in)."""
+
+
 def test_a_reference_run_logs_the_same_metric_names_as_a_default_run(tmp_path):
     from tempo_plugin.metrics import read_metrics
     from tempo_plugin.train import main
@@ -172,5 +177,7 @@ def test_a_reference_run_logs_the_same_metric_names_as_a_default_run(tmp_path):
         records = read_metrics(out / "metrics.jsonl")
         assert [r["phase"] for r in records] == ["eval", "warmup", "td", "td", "eval"]
         names[label] = {phase: set().union(*(r for r in records if r["phase"] == phase)) for phase in ("warmup", "td", "eval")}
-    assert names["reference"] == names["default"]
+    # the default's audits (--audit-weight 1) add their metrics to the TD updates; nothing else differs
+    assert names["default"]["td"] - names["reference"]["td"] == AUDIT_METRICS
+    assert names["reference"] == {**names["default"], "td": names["default"]["td"] - AUDIT_METRICS}
     assert "critic/endpoint_unvalued" in names["default"]["td"] and "train/actor_samples" in names["default"]["td"]

@@ -40,8 +40,10 @@ def uses(store: StateStore) -> list[int]:
 
 
 def config(**overrides) -> TempoConfig:
+    # audit_weight 0: the critic's TD targets alone, so that these tests count the critic calls and
+    # endpoint values of the TD machinery itself (audits and their gate: tests/test_critic_readout.py)
     values = dict(states_per_batch=4, fresh_share=0.25, max_state_uses=2, branches=2, critic_samples=2,
-                  endpoint_samples=2, macro_rounds=H, max_episode_steps=T)
+                  endpoint_samples=2, macro_rounds=H, max_episode_steps=T, audit_weight=0.0)
     values.update(overrides)
     return TempoConfig(**values).validate()
 
