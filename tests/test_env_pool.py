@@ -59,7 +59,8 @@ def test_pool_refuses_a_double_release():
 
 def config(**overrides) -> TempoConfig:
     values = dict(states_per_batch=2, fresh_share=1.0, branches=3, critic_samples=2, endpoint_samples=2,
-                  macro_rounds=3, max_episode_steps=T, max_assistant_tokens=8, critic_max_tokens=8)
+                  macro_rounds=3, max_episode_steps=T, max_assistant_tokens=8, critic_max_tokens=8,
+                  audit_weight=0.0)  # TD targets alone: the scripted sampler answers the TD machinery's calls only
     values.update(overrides)
     return TempoConfig(**values).validate()
 

@@ -254,6 +254,8 @@ def test_replay_detects_an_episode_that_ends_before_the_history_does():
 
 
 # --------------------------------------------------------------------------- TD update, bad start
+# The TD-update tests below fix audit_weight 0: their scripted samplers answer the TD machinery's
+# calls only (audits and their gate are tested in tests/test_critic_readout.py).
 
 
 class FakeSampler:
@@ -289,7 +291,7 @@ class FakeSampler:
 
 
 def test_td_update_drops_a_state_that_fails_to_restore(tokenizer, protocol):
-    cfg = TempoConfig(branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS)
+    cfg = TempoConfig(audit_weight=0.0, branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS)
     sampler = FakeSampler(
         tokenizer,
         actor_texts=["<action>north</action>", "<action>wait</action>", "<action>take red</action>"],
@@ -339,7 +341,7 @@ def test_td_update_drops_a_state_that_fails_to_restore(tokenizer, protocol):
 
 
 def test_td_update_with_only_a_corrupted_start_refills_with_fresh_games(tokenizer, protocol):
-    cfg = TempoConfig(branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS)
+    cfg = TempoConfig(audit_weight=0.0, branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS)
     sampler = FakeSampler(tokenizer, ["<action>north</action>", "<action>wait</action>"], ["<value>0.40</value>", "oops"])
     rollout = TempoRollout(cfg, sampler, protocol, make_env=lambda: VaultEnv(max_steps=MAX_STEPS))
     key = first_key(77)
@@ -375,7 +377,7 @@ class RaisingVault(VaultEnv):
 
 
 def test_a_raising_environment_drops_its_branch_and_the_update_proceeds(tokenizer, protocol):
-    cfg = TempoConfig(branches=3, critic_samples=2, endpoint_samples=1, states_per_batch=2, macro_rounds=5,
+    cfg = TempoConfig(audit_weight=0.0, branches=3, critic_samples=2, endpoint_samples=1, states_per_batch=2, macro_rounds=5,
                       max_episode_steps=MAX_STEPS, fresh_share=0.0)
     sampler = FakeSampler(tokenizer, ["<action>north</action>", "<action>wait</action>"],
                           ["<value>0.50</value>", "<value>0.20</value>", "<value>0.90</value>"])
@@ -402,7 +404,7 @@ def test_a_raising_environment_drops_its_branch_and_the_update_proceeds(tokenize
 
 
 def test_an_endpoint_without_a_parsed_value_drops_its_branch_not_valued_zero(tokenizer, protocol):
-    cfg = TempoConfig(branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=1, macro_rounds=5,
+    cfg = TempoConfig(audit_weight=0.0, branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=1, macro_rounds=5,
                       max_episode_steps=MAX_STEPS, fresh_share=0.0)
     # endpoint critic calls come first (2 endpoints x 1 sample): one garbage, one 0.8; then 2 start samples
     sampler = FakeSampler(tokenizer, ["<action>north</action>", "<action>wait</action>"],
@@ -418,7 +420,7 @@ def test_an_endpoint_without_a_parsed_value_drops_its_branch_not_valued_zero(tok
 
 
 def test_value_corr_pairs_each_start_estimate_with_its_own_groups_target_when_a_group_is_dropped(tokenizer, protocol):
-    cfg = TempoConfig(branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=4, macro_rounds=5,
+    cfg = TempoConfig(audit_weight=0.0, branches=2, critic_samples=2, endpoint_samples=1, states_per_batch=4, macro_rounds=5,
                       max_episode_steps=MAX_STEPS, fresh_share=0.0)
     # 8 endpoints x 1 sample (group 0 loses one to garbage and is dropped), then 4 starts x 2 samples
     endpoint_texts = ["garbage", "<value>0.80</value>", "<value>0.20</value>", "<value>0.40</value>",
