@@ -226,7 +226,7 @@ def warn_if_critic_collapsed(metrics: dict[str, float], progress: Progress, upda
         print(f"\nwarning: update {update}: the critic has given one value within >= {IDENTICAL_WARNING:.0%} of the "
               f"states it valued, or one value for every state, for {IDENTICAL_PATIENCE} updates: it no longer tells "
               "states apart and its group-relative reward is 0 (try --critic-value expected, a lower --learning-rate, "
-              "or --audit-weight 1)", file=sys.stderr, flush=True)
+              "or audits if they are off: --audit-weight 1)", file=sys.stderr, flush=True)
 
 
 def critic_epochs(cfg: TempoConfig, phase: str) -> int:
