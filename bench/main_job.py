@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,17 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from credit import REFRESH_CRITIC, run_slug, run_trainer  # noqa: E402
-from horizon import CALIBRATION, calibrate, calibration, fmt, hollow_checks  # noqa: E402
+from credit import BUILD_BOOTSTRAP, REFRESH_CRITIC, run_slug, run_trainer  # noqa: E402
+from horizon import CALIBRATION, SEPARATE, calibrate, calibration, fmt, hollow_checks  # noqa: E402
 
 from tempo_plugin.metrics import SUCCESS_RATE, read_metrics  # noqa: E402
 
 VARIANTS: dict[str, list[str]] = {
     "TEMPO (refresh, no audits)": REFRESH_CRITIC,
     "TEMPO (default: audits)": [],
-    "TEMPO (separate critic)": ["--critic-weights", "separate", "--critic-value", "expected", "--value-loss-weight", "1",
-                                "--critic-epochs", "8", "--critic-learning-rate", "3e-4", "--audit-weight", "1",
-                                "--mc-refresh-every", "0"],
+    "TEMPO (separate critic)": [*SEPARATE, "--critic-learning-rate", "3e-4"],
 }
 """Variant -> its trainer arguments beside the main job's defaults: the default critic until
 2026-12-06 (TD targets and a Monte-Carlo refresh), today's (audits), and the expected critic on
@@ -106,6 +105,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
+        for seed in args.seeds:  # one bootstrap per seed, built before the variants' runs share it
+            subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed)], cwd=ROOT, check=True)
         with ThreadPoolExecutor(args.jobs) as pool:
             for future in [pool.submit(run_one, v, s, out, threads) for v in args.variants for s in args.seeds]:
                 future.result()

@@ -92,6 +92,12 @@ SHARED_CRITIC_ONLY = ("critic_weights: separate needs a second trained copy of t
                       "rollout's critic is the actor model itself: remove it from the YAML or set critic_weights: shared")
 """Why a slime run refuses --critic-weights separate."""
 
+ONE_VALUE_ON_SLIME: dict[str, tuple[str, str]] = {
+    "critic_value": ("sampled", SAMPLED_CRITIC_ONLY),
+    "critic_weights": ("shared", SHARED_CRITIC_ONLY),
+}
+"""TempoConfig fields the slime rollout reads but supports at one value only: (that value, why)."""
+
 
 def rollout_estimator(rollout_function_path: str) -> str:
     """The estimator a slime run trains, named by its --rollout-function-path
@@ -129,10 +135,8 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
             raise ConfigError(f"{path}: {key!r} has no effect on slime: {NOT_ON_SLIME[name]}; remove it from the YAML")
         if name in EMBEDDED_ONLY and value != 0:
             raise ConfigError(f"{path}: {key} {value!r}: {EMBEDDED_ONLY[name]}; remove it from the YAML (slime runs use 0)")
-        if name == "critic_value" and value != "sampled":
-            raise ConfigError(f"{path}: {key} {value!r}: {SAMPLED_CRITIC_ONLY}")
-        if name == "critic_weights" and value != "shared":
-            raise ConfigError(f"{path}: {key} {value!r}: {SHARED_CRITIC_ONLY}")
+        if name in ONE_VALUE_ON_SLIME and value != ONE_VALUE_ON_SLIME[name][0]:
+            raise ConfigError(f"{path}: {key} {value!r}: {ONE_VALUE_ON_SLIME[name][1]}")
     warmup = values.get("warmup_updates", values.get("warmup-updates", TempoConfig.warmup_updates))
     if getattr(args, "num_rollout", None) is None:
         raise ConfigError("TEMPO on slime needs --num-rollout (warm-up updates plus TD updates)")
