@@ -28,6 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "critic_advantage_std": 0.0,
         "mc_refresh_every": 0,
         "audit_weight": 0.0,
+        "critic_calibration": "none",
         "critic_epochs": 1,
         "fresh_share": 0.0,
         "max_state_uses": 0,
@@ -111,6 +112,10 @@ class TempoConfig:
     readiness_gate: bool = field(default=True, metadata={
         "help": "with audits: the critic values non-terminal endpoints only while its Brier score on the recent audits "
                 "beats the constant guess (their mean); otherwise those endpoints take the audits' mean"})
+    critic_calibration: str = field(default="platt", metadata={
+        "help": "with audits: platt passes every critic value through sigmoid(a logit(V) + b), fitted on the recent "
+                "audits' outcomes (a = 0: the audits' rate; b: the critic's shift); none: the critic's values as they are",
+        "choices": ("platt", "none")})
     critic_prompt: str = field(default="condensed", metadata={
         "help": "condensed (actions so far, the current observation, the privileged facts last; answer with the "
                 "value line) or reference (the method's: the condensed transcript of every turn and the privileged "

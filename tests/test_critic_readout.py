@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tempo_plugin.algorithms.losses import value_cross_entropy
-from tempo_plugin.algorithms.tempo import brier_scores, critic_target
+from tempo_plugin.algorithms.tempo import Calibration, brier_scores, critic_target
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.critic import format_value, parse_value
 from tempo_plugin.critic.readout import VALUE_GRID, answer_distribution, expected_value, two_hot, value_answer_texts
@@ -125,21 +125,22 @@ def test_brier_scores_by_hand():
 def test_the_readiness_gate_opens_only_for_a_critic_that_beats_the_constant():
     cfg = TempoConfig(audit_weight=1.0)
     window = AuditWindow()
-    window.add([(0.9, 1.0), (0.1, 0.0)] * ((AUDITS_MIN - 2) // 2))
+    window.add([(0.9, 1.0), (0.1, 0.0)] * ((AUDITS_MIN - 2) // 2), Calibration())
     gate = window.gate(cfg)
     assert not gate.ready and gate.scores is None and gate.fallback == pytest.approx(0.5)  # too few audits yet
-    window.add([(0.9, 1.0), (0.1, 0.0)])
+    window.add([(0.9, 1.0), (0.1, 0.0)], Calibration())
     gate = window.gate(cfg)
     assert gate.ready and gate.scores.skill == pytest.approx(1 - 0.01 / 0.25)
     # a collapsed critic: 0.0 everywhere where a quarter of the audits win
     collapsed = AuditWindow()
-    collapsed.add([(0.0, 1.0)] + [(0.0, 0.0)] * 3 + [(0.0, 1.0)] + [(0.0, 0.0)] * 3 + [(0.0, 0.0), (0.0, 1.0)] * 4)
+    collapsed.add([(0.0, 1.0)] + [(0.0, 0.0)] * 3 + [(0.0, 1.0)] + [(0.0, 0.0)] * 3 + [(0.0, 0.0), (0.0, 1.0)] * 4,
+                  Calibration())
     gate = collapsed.gate(cfg)
     assert not gate.ready and gate.fallback == pytest.approx(6 / 16)
     assert gate.scores.critic == pytest.approx(6 / 16) and gate.scores.constant == pytest.approx(6 / 16 * 10 / 16)
     assert collapsed.gate(TempoConfig(audit_weight=1.0, readiness_gate=False)).ready
-    window.add([(0.5, 1.0)] * (2 * AUDITS_KEPT))
-    assert len(window.pairs) == AUDITS_KEPT and set(window.pairs) == {(0.5, 1.0)}
+    window.add([(0.5, 1.0)] * (2 * AUDITS_KEPT), Calibration())
+    assert len(window.rows) == AUDITS_KEPT and set(window.rows) == {(0.5, 0.5, 1.0)}
 
 
 def test_collapse_is_judged_on_values():
@@ -186,8 +187,9 @@ def test_a_run_with_the_expected_critic_and_audits(tmp_path):
     assert td[-1]["rollout/env_steps_total"] == sum(steps)
     assert all(r["rollout/rounds"] >= r["audit/rounds"] + 2 for r in td)  # branches' and audits' rounds
     audits = json.loads((out / "checkpoints" / "latest" / "progress.json").read_text())["audits"]
-    # the warm-up's valued states and each TD update's audited start states, in order, all (estimate, outcome)
-    assert len(audits) >= 4 and all(len(p) == 2 and 0 <= p[0] <= 1 and p[1] in (0.0, 1.0) for p in audits)
+    # the warm-up's valued states and each TD update's audited start states, in order, all (estimate,
+    # calibrated estimate, outcome); fewer than AUDITS_MIN audits: the map is still the identity
+    assert len(audits) >= 4 and all(len(p) == 3 and 0 <= p[0] == p[1] <= 1 and p[2] in (0.0, 1.0) for p in audits)
     assert main(common + ["--td-updates", "3", "--resume"]) == 0
     resumed = json.loads((out / "checkpoints" / "latest" / "progress.json").read_text())["audits"]
     assert resumed[: len(audits)] == audits and len(resumed) > len(audits)

@@ -20,7 +20,7 @@ from tests.test_start_states import T, Games, config
 
 REFERENCE = {
     "critic_reward": "abs", "invalid_action_penalty": 0.0, "normalise_advantages": False, "critic_advantage_std": 0.0,
-    "mc_refresh_every": 0, "audit_weight": 0.0, "critic_epochs": 1, "fresh_share": 0.0, "max_state_uses": 0, "prefix_is_clip": 0.0,
+    "mc_refresh_every": 0, "audit_weight": 0.0, "critic_calibration": "none", "critic_epochs": 1, "fresh_share": 0.0, "max_state_uses": 0, "prefix_is_clip": 0.0,
     "unvalued_endpoint": "zero", "warmup_start_states": False, "critic_prompt": "reference",
     "policy_loss": "importance_sampling",
 }
@@ -161,7 +161,8 @@ def test_condensed_transcript_by_hand():
     assert condensed_transcript((("system", "play"),)) == ""
 
 
-AUDIT_METRICS = {"audit/branches", "audit/rounds", "audit/success_rate", "critic/ready"}
+AUDIT_METRICS = {"audit/branches", "audit/rounds", "audit/success_rate", "critic/ready", "critic/calibration_slope",
+                 "critic/calibration_intercept"}
 """What the default's audits log in this short run (the Brier scores follow once AUDITS_MIN audits are in)."""
 
 

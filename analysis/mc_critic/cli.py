@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from tempo_plugin.algorithms.tempo import Calibration
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs import HELD_OUT_SPLITS
 from tempo_plugin.run_lock import run_folder_lock, writer_lock
@@ -35,7 +36,8 @@ states:
   problems; states every --every-tokens answer tokens.
 critics:
   agent environments: the generative critic of the run's model ("generative"; mean of
-  --critic-samples parsed answers) and of every --critic-model ("generative:<name>").
+  --critic-samples parsed answers, through the run's calibration map where it has one: then the
+  raw critic is "generative (uncalibrated)") and of every --critic-model ("generative:<name>").
   single-turn: the run's scalar critic (critic/, "tppo" = sigmoid of the accumulated logit, or
   "ppo" = value head) and that of every --critic-model run.
 action ranking (agent environments):
@@ -54,6 +56,8 @@ output (--out, default RUN/mc_critic/):
   states.json, which a rerun with the same settings reuses (an interrupted run continues; a rerun
   with another --critic-model computes only that critic). --fresh starts over."""
 
+UNCALIBRATED = "generative (uncalibrated)"
+"""The run's generative critic without its calibration map (--critic-calibration platt)."""
 DEFAULT_GAMES = 8
 DEFAULT_MC_SAMPLES = 16
 DEFAULT_CRITIC_SAMPLES = 8
@@ -171,6 +175,8 @@ def run(args: argparse.Namespace) -> dict:
     from tempo_plugin.samplers.local import LocalSampler
     from tempo_plugin.rollout.protocol import ChatProtocol
     from tempo_plugin.rollout.sampler import SamplingParams
+
+    from tempo_plugin.embedded.run_folder import checkpoint_calibration
 
     from analysis.mc_critic import report
     from analysis.mc_critic.cache import ResultCache, settings_key, weights_identity
@@ -328,6 +334,11 @@ def run(args: argparse.Namespace) -> dict:
 
     mc = {s.id: cache.get("mc", mc_key, s.id) for s in measured}
     values = {c.name: {s.id: cache.get(f"critic:{c.name}", critic_keys[c.name], s.id) for s in measured} for c in critics}
+    calibration = checkpoint_calibration(ref.model_dir, cfg) if multi_turn and ref.config is not None else Calibration()
+    if calibration != Calibration():  # the run values states through its calibration map: measure that, and the raw critic beside it
+        raw = values["generative"]
+        values = {"generative": {i: calibrated(r, calibration) for i, r in raw.items()},
+                  UNCALIBRATED: raw, **{n: v for n, v in values.items() if n != "generative"}}
     summary = report.summarize(base, children, mc, values, args.mc_samples)
     seconds = time.perf_counter() - tic
     summary = {
@@ -337,6 +348,7 @@ def run(args: argparse.Namespace) -> dict:
                      "candidate_actions": args.candidate_actions, "action_states": args.action_states,
                      "critic_models": [str(r.model_dir) for r in critic_refs], "seed": args.seed, "rows": args.rows},
         "wall_seconds": round(seconds, 1),
+        "calibration": {"slope": calibration.a, "intercept": calibration.b},
         **summary,
     }
     summary["plots"] = report.plot_all(summary, base, children, mc, values, out, position_label)
@@ -347,6 +359,13 @@ def run(args: argparse.Namespace) -> dict:
     print(f"outputs: {out}/ (summary.json, summary.md, {', '.join(summary['plots'])}, cache.jsonl) "
           f"in {seconds:.0f} s")
     return summary
+
+
+def calibrated(result: dict | None, calibration: Calibration) -> dict | None:
+    """A generative critic's cached result with its value through the run's calibration map."""
+    if result is None or result.get("value") is None:
+        return result
+    return {**result, "value": calibration(result["value"])}
 
 
 def _cached_states(path: Path, key: str) -> list | None:

@@ -62,6 +62,20 @@ last audits (estimate e_i, outcome z_i, i = 1..m) with the constant guess zbar =
 
 A critic that is not ready does not value endpoints: V_n = zbar for every non-terminal branch.
 
+With ``--critic-calibration platt`` (our addition; needs audits) every value the critic gives is
+passed through a map fitted on the last audits (Platt scaling, a logistic regression in the
+value's logit):
+
+    V_cal = sigmoid(a logit(V) + b)          logit(V) with V clipped to [v_min, 1 - v_min]
+    (a, b) = argmin_{a, b}  -sum_i [z_i log V_cal(e_i) + (1 - z_i) log(1 - V_cal(e_i))]
+                            + (rho / 2) ((a - 1)^2 + b^2)
+
+then a is clipped to [0, a_max] and b refitted at that a. a = 0 is the constant guess sigmoid(b),
+so a critic that cannot tell states apart falls back to the audits' rate, and b removes a shift
+of the whole critic (its outcomes lagging an improving actor). The gate then scores the calibrated
+estimate each audit got from the map of the audits before it (prequential), never a map fitted
+on that audit's own outcome.
+
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
 trajectory through s (1 if it was eventually won, else 0).
@@ -69,6 +83,7 @@ trajectory through s (1 if it was eventually won, else 0).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -204,3 +219,70 @@ def brier_scores(pairs: Sequence[tuple[float, float]]) -> BrierScores:
     critic = sum((e - z) ** 2 for e, z in pairs) / len(pairs)
     constant = sum((base - z) ** 2 for _, z in pairs) / len(pairs)
     return BrierScores(critic, constant, base)
+
+
+CALIBRATION_PRIOR = 1.0  # rho: pulls (a, b) towards the identity map (1, 0), as one pseudo-audit would
+CALIBRATION_SLOPE_MAX = 4.0  # a_max: a window the critic separates perfectly would send a to infinity
+CALIBRATION_VALUE_MIN = 0.01  # v_min: the smallest value step of the critic's answers (0.00..1.00)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The map V -> sigmoid(a logit(V) + b); the identity (a = 1, b = 0) returns V unchanged."""
+
+    a: float = 1.0
+    b: float = 0.0
+
+    def __call__(self, value: float) -> float:
+        if self.a == 1.0 and self.b == 0.0:
+            return value
+        return _sigmoid(self.a * _logit(value) + self.b)
+
+
+def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRATION_PRIOR) -> Calibration:
+    """(a, b) of the docstring's penalised logistic regression on (estimate e_i, outcome z_i) pairs
+    (outcomes in [0, 1]), by Newton's method: the penalty keeps the problem strictly convex."""
+    if not pairs:
+        raise ValueError("fit_calibration needs at least one (estimate, outcome) pair")
+    if prior <= 0:
+        raise ValueError(f"fit_calibration needs a positive prior (got {prior})")
+    xs = [_logit(e) for e, _ in pairs]
+    zs = [float(z) for _, z in pairs]
+    a, b = 1.0, 0.0
+    for _ in range(100):
+        ga, gb = prior * (a - 1.0), prior * b
+        haa, hab, hbb = prior, 0.0, prior
+        for x, z in zip(xs, zs):
+            p = _sigmoid(a * x + b)
+            w = p * (1.0 - p)
+            ga += (p - z) * x
+            gb += p - z
+            haa += w * x * x
+            hab += w * x
+            hbb += w
+        det = haa * hbb - hab * hab
+        da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
+        a, b = a - da, b - db
+        if abs(da) + abs(db) < 1e-12:
+            break
+    if not 0.0 <= a <= CALIBRATION_SLOPE_MAX:
+        a = min(max(a, 0.0), CALIBRATION_SLOPE_MAX)
+        for _ in range(100):  # b alone at the clipped slope
+            ps = [_sigmoid(a * x + b) for x in xs]
+            db = (prior * b + sum(p - z for p, z in zip(ps, zs))) / (prior + sum(p * (1.0 - p) for p in ps))
+            b -= db
+            if abs(db) < 1e-12:
+                break
+    return Calibration(a, b)
+
+
+def _logit(value: float) -> float:
+    v = min(max(value, CALIBRATION_VALUE_MIN), 1.0 - CALIBRATION_VALUE_MIN)
+    return math.log(v / (1.0 - v))
+
+
+def _sigmoid(t: float) -> float:
+    if t >= 0:
+        return 1.0 / (1.0 + math.exp(-t))
+    e = math.exp(t)
+    return e / (1.0 + e)

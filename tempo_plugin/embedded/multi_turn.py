@@ -103,7 +103,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     progress = Progress()
     if cfg.resume:
         store, progress = load_checkpoint(resume_from, optimizer, critic_trainer.optimizer if critic_trainer else None)
-        rollout.audits.add([tuple(p) for p in progress.audits])
+        rollout.audits.restore(progress.audits)
     log, wandb_run = metrics_logs(cfg, out, keep_updates_below=progress.next_update if cfg.resume else None)
     value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
 
@@ -161,7 +161,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                             corr=f"{metrics.get('critic/value_corr', float('nan')):.2f}")
             warn_if_critic_collapsed(metrics, progress, update)
         progress.next_update = update + 1
-        progress.audits = [list(p) for p in rollout.audits.pairs]  # the readiness gate's, saved with the checkpoint
+        progress.audits = [list(r) for r in rollout.audits.rows]  # the readiness gate's, saved with the checkpoint
         if cfg.eval_every and cfg.eval_games > 0 and progress.next_update % cfg.eval_every == 0 \
                 and progress.next_update < cfg.total_updates and not 0 < cfg.max_env_steps <= progress.env_steps:
             evaluate(progress.next_update, "current")

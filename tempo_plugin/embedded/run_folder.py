@@ -25,6 +25,8 @@ from tempo_plugin.embedded.lora import is_adapter_dir, save_model
 from tempo_plugin.embedded.model import load_adapted, load_policy, load_pretrained
 from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag
+from tempo_plugin.algorithms.tempo import Calibration
+from tempo_plugin.method.tempo import AuditWindow
 from tempo_plugin.metrics import PLOTTED_METRICS, MetricsLog, plot_curves, summary_dict
 from tempo_plugin.runs import GENERATIVE_CRITIC_DIR
 from tempo_plugin.states.store import StateStore
@@ -41,7 +43,7 @@ class Progress:
     env_steps: int = 0  # environment steps of all training rollouts so far
     start_depths: dict[str, int] = field(default_factory=dict)  # TD start states by macro index
     identical_streak: int = 0  # consecutive updates with a collapsed critic (IDENTICAL_WARNING)
-    audits: list[list[float]] = field(default_factory=list)  # the readiness gate's recent (estimate, outcome) pairs
+    audits: list[list[float]] = field(default_factory=list)  # AuditWindow.rows: (estimate, calibrated, outcome)
 
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
@@ -154,6 +156,16 @@ def load_checkpoint(directory: Path, optimizer: torch.optim.Optimizer,
     set_rng_state(json.loads((directory / "rng.json").read_text()))
     progress = Progress(**json.loads((directory / "progress.json").read_text()))
     return StateStore.load(directory / "store.json"), progress
+
+
+def checkpoint_calibration(directory: Path, cfg: TempoConfig) -> Calibration:
+    """The calibration map (--critic-calibration) the update after a TEMPO checkpoint values with,
+    fitted on the audits the checkpoint keeps; the identity where it keeps none."""
+    window = AuditWindow()
+    path = directory / "progress.json"
+    if path.is_file():
+        window.restore(json.loads(path.read_text()).get("audits", []))
+    return window.calibration(cfg)
 
 
 RESUMABLE_CHANGES = frozenset({"resume", "allow_config_change", "td_updates", "max_env_steps", "eval_every",

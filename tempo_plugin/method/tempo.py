@@ -34,10 +34,12 @@ from tempo_plugin.algorithms.stats import mean, population_std
 from tempo_plugin.algorithms.tempo import (
     ADVANTAGE_EPSILON,
     BrierScores,
+    Calibration,
     actor_signals,
     batch_normalised,
     brier_scores,
     critic_target,
+    fit_calibration,
 )
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values
@@ -96,29 +98,48 @@ class Gate:
 
 @dataclass
 class AuditWindow:
-    """The last AUDITS_KEPT (critic estimate, Monte-Carlo outcome) pairs: TD audits, warm-up and
-    refresh episodes. A resumed run gets them back from its checkpoint (``Progress.audits``)."""
+    """The last AUDITS_KEPT audits of the critic: (estimate e_i, calibrated estimate, Monte-Carlo
+    outcome z_i), from TD audits, warm-up and refresh episodes. The calibrated estimate is the one
+    the map of the audits before it gave (``algorithms.tempo``: prequential). A resumed run gets
+    them back from its checkpoint (``Progress.audits``)."""
 
-    pairs: list[tuple[float, float]] = field(default_factory=list)
+    rows: list[tuple[float, float, float]] = field(default_factory=list)
 
-    def add(self, pairs: Sequence[tuple[float, float]]) -> None:
-        self.pairs = (self.pairs + [(float(e), float(z)) for e, z in pairs])[-AUDITS_KEPT:]
+    def add(self, pairs: Sequence[tuple[float, float]], calibration: Calibration) -> None:
+        """(estimate, outcome) pairs, each scored with ``calibration``, the map they were valued with."""
+        self.rows = (self.rows + [(float(e), calibration(float(e)), float(z)) for e, z in pairs])[-AUDITS_KEPT:]
+
+    def restore(self, rows: Sequence[Sequence[float]]) -> None:
+        """Rows saved by a checkpoint; a checkpoint from before calibration saved (estimate, outcome)."""
+        self.rows = [(float(r[0]), float(r[0]), float(r[1])) if len(r) == 2 else (float(r[0]), float(r[1]), float(r[2]))
+                     for r in rows][-AUDITS_KEPT:]
+
+    def calibration(self, cfg: TempoConfig) -> Calibration:
+        """--critic-calibration platt: the map fitted on these audits once there are AUDITS_MIN of them;
+        the identity before, and with none."""
+        if cfg.critic_calibration == "none" or len(self.rows) < AUDITS_MIN:
+            return Calibration()
+        return fit_calibration([(e, z) for e, _, z in self.rows])
 
     def gate(self, cfg: TempoConfig) -> Gate:
-        """Ready when --readiness-gate is off, or when the critic beats the constant guess on at
-        least AUDITS_MIN recent audits."""
-        scores = brier_scores(self.pairs) if len(self.pairs) >= AUDITS_MIN else None
-        base = scores.base_rate if scores else (mean([z for _, z in self.pairs]) if self.pairs else 0.0)
+        """Ready when --readiness-gate is off, or when the (calibrated) critic beats the constant
+        guess on at least AUDITS_MIN recent audits."""
+        scores = brier_scores([(c, z) for _, c, z in self.rows]) if len(self.rows) >= AUDITS_MIN else None
+        base = scores.base_rate if scores else (mean([z for _, _, z in self.rows]) if self.rows else 0.0)
         ready = not cfg.readiness_gate or (scores is not None and scores.skill > 0)
         return Gate(ready, scores, base)
 
 
-def audit_metrics(audits: dict[int, Branch], rounds: Sequence, gate: Gate | None) -> dict[str, float]:
-    """The audits of one TD update and the readiness gate they were judged by."""
+def audit_metrics(audits: dict[int, Branch], rounds: Sequence, gate: Gate | None,
+                  calibration: Calibration) -> dict[str, float]:
+    """The audits of one TD update, the readiness gate they were judged by and the calibration map
+    the update valued its endpoints with."""
     metrics = {
         "audit/branches": float(len(audits)),
         "audit/rounds": float(len(rounds)),
         "audit/success_rate": mean([float(a.won) for a in audits.values()]),
+        "critic/calibration_slope": calibration.a,
+        "critic/calibration_intercept": calibration.b,
     }
     if gate is not None:
         metrics["critic/ready"] = float(gate.ready)
@@ -176,7 +197,7 @@ class TempoUpdates(CriticCalls):
             [(call, target, group) for group, (call, target) in enumerate(zip(calls, targets)) if call.answered])
         pairs = self.value_pairs(calls, targets)
         if cfg.audit_weight > 0:
-            self.audits.add(pairs)  # complete episodes: their outcomes audit the critic too
+            self.audits.add(pairs, self.audits.calibration(cfg))  # complete episodes: their outcomes audit the critic too
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -214,7 +235,9 @@ class TempoUpdates(CriticCalls):
 
         tic = time.perf_counter()
         gate = self.audits.gate(cfg) if cfg.audit_weight > 0 else None  # from the audits before this update's
-        endpoints = self._value_endpoints(update, branches, None if gate is None or gate.ready else gate.fallback)
+        calibration = self.audits.calibration(cfg)
+        endpoints = self._value_endpoints(update, branches, None if gate is None or gate.ready else gate.fallback,
+                                          calibration)
         start_states = [g[0].start for g in groups]
         start_calls = self.call_critic(start_states, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, START_CRITIC))
         critic_seconds = time.perf_counter() - tic
@@ -228,7 +251,7 @@ class TempoUpdates(CriticCalls):
         critic_samples, errors, critic_sigma, degenerate = self.critic_training(critic, cfg.critic_advantage_std)
         actor_samples, raw = self._actor_batch(signals.actor, weights)
         samples = critic_samples + actor_samples
-        self.audits.add(self.value_pairs(start_calls, [outcomes.get(g) for g in range(len(start_calls))]))
+        self.audits.add(self.value_pairs(start_calls, [outcomes.get(g) for g in range(len(start_calls))]), calibration)
 
         new_states = [
             s for s in endpoints.states
@@ -260,7 +283,7 @@ class TempoUpdates(CriticCalls):
             "critic/endpoint_value_mean": mean(list(endpoints.values.values())),
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
             **is_metrics,
-            **(audit_metrics(audits, audit_rounds, gate) if cfg.audit_weight > 0 else {}),
+            **(audit_metrics(audits, audit_rounds, gate, calibration) if cfg.audit_weight > 0 else {}),
             **rollout_metrics(rounds),
             "train/actor_samples": float(sum(s.role == ACTOR for s in samples)),
             "train/critic_samples": float(sum(s.role in (CRITIC, VALUE) for s in samples)),
@@ -298,8 +321,10 @@ class TempoUpdates(CriticCalls):
             fresh += is_fresh
         return groups, fresh, restore_failures
 
-    def _value_endpoints(self, update: int, branches: Sequence[Branch], fallback: float | None = None) -> "Endpoints":
-        """The critic's value V(s_{t+H}) of each branch that stopped at its macro-step boundary.
+    def _value_endpoints(self, update: int, branches: Sequence[Branch], fallback: float | None = None,
+                         calibration: Calibration = Calibration()) -> "Endpoints":
+        """The critic's value V(s_{t+H}) of each branch that stopped at its macro-step boundary,
+        through ``calibration`` (--critic-calibration).
 
         An endpoint none of whose critic samples parsed (or whose prompt is too long) has no value:
         --unvalued-endpoint drop leaves its branch out, zero values it 0 (the method). With a
@@ -312,8 +337,8 @@ class TempoUpdates(CriticCalls):
             return Endpoints(states, [], {id(b): fallback for b in endpoints}, 0)
         calls = self.call_critic(states, cfg.endpoint_samples, seed=sampling_seed(cfg.seed, update, ENDPOINT_CRITIC))
         valued = [any(v is not None for v in c.values) for c in calls]
-        values = {id(b): aggregate_values(c.values) for b, c, ok in zip(endpoints, calls, valued)
-                  if ok or cfg.unvalued_endpoint == "zero"}
+        values = {id(b): calibration(aggregate_values(c.values)) if ok else 0.0
+                  for b, c, ok in zip(endpoints, calls, valued) if ok or cfg.unvalued_endpoint == "zero"}
         return Endpoints(states, calls, values, valued.count(False))
 
     def _group_signals(self, groups: Sequence[Sequence[Branch]], start_calls: Sequence[CriticCall],

@@ -1,0 +1,150 @@
+"""The critic's calibration map (--critic-calibration platt, ``algorithms.tempo.fit_calibration``):
+the fit against cases whose optimum is known, the audit window's prequential scores, the map in a
+TD update's endpoint values, and a checkpoint's map as analysis/mc_critic reads it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tempo_plugin.algorithms.tempo import CALIBRATION_SLOPE_MAX, Calibration, fit_calibration
+from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.method.tempo import AUDITS_MIN, AuditWindow
+
+from tests.test_start_states import Games, config, waiting_rollout
+
+TINY_PRIOR = 1e-9  # the unpenalised maximum-likelihood fit, to compare with its closed form
+
+
+def sigmoid(t: float) -> float:
+    return 1 / (1 + math.exp(-t))
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def states(value: float, rate: float, n: int = 10) -> list[tuple[float, float]]:
+    """n audits of states the critic values ``value``, ``rate`` x n of them won."""
+    wins = round(rate * n)
+    return [(value, 1.0)] * wins + [(value, 0.0)] * (n - wins)
+
+
+def test_the_identity_map_returns_every_value_unchanged():
+    assert [Calibration()(v) for v in (0.0, 0.004, 0.5, 1.0)] == [0.0, 0.004, 0.5, 1.0]
+    # any other map reads the value in logit space, clipped to [0.01, 0.99]
+    assert Calibration(1.0, 1e-12)(0.0) == pytest.approx(0.01) and Calibration(2.0, 0.0)(0.5) == 0.5
+    assert Calibration(1.0, math.log(3))(0.5) == pytest.approx(0.75)  # sigmoid(log 3) = 3 / 4
+
+
+def test_a_calibrated_critic_keeps_the_identity():
+    # states valued 0.2 win 2 of 10, states valued 0.8 win 8 of 10: the score equations hold at
+    # (1, 0), where the prior's gradient is 0 too, so the fit is the identity whatever the prior
+    fit = fit_calibration(states(0.2, 0.2) + states(0.8, 0.8))
+    assert (fit.a, fit.b) == pytest.approx((1.0, 0.0), abs=1e-9)
+
+
+def test_a_shifted_critic_is_shifted_back():
+    # every estimate one logit below the state's rate: the maximum-likelihood map is a = 1, b = 1
+    pairs = states(sigmoid(logit(0.2) - 1), 0.2) + states(sigmoid(logit(0.8) - 1), 0.8)
+    fit = fit_calibration(pairs, prior=TINY_PRIOR)
+    assert (fit.a, fit.b) == pytest.approx((1.0, 1.0), abs=1e-6)
+    assert fit(sigmoid(logit(0.2) - 1)) == pytest.approx(0.2, abs=1e-6)
+    # the default prior shrinks the map a little towards the identity, and towards it only
+    default = fit_calibration(pairs)
+    assert 0.5 < default.b < 1.0 and default(sigmoid(logit(0.8) - 1)) < 0.8
+
+
+def test_a_critic_that_cannot_tell_states_apart_falls_back_to_the_audits_rate():
+    # states valued 0.3 and 0.7 both win half the time: a = 0, and sigmoid(b) = 0.5
+    fit = fit_calibration(states(0.3, 0.5) + states(0.7, 0.5), prior=TINY_PRIOR)
+    assert (fit.a, fit.b) == pytest.approx((0.0, 0.0), abs=1e-6)
+    assert (fit(0.3), fit(0.7)) == pytest.approx((0.5, 0.5))
+
+
+def test_an_inverted_critic_is_clipped_to_the_constant_guess():
+    # valued 0.8 but won 1 in 4, valued 0.2 but won 3 in 4: the unconstrained slope is -1; clipped to
+    # a = 0, b is refitted to the overall rate 1/2 (b = 0, where the prior agrees)
+    fit = fit_calibration(states(0.8, 0.25, 8) + states(0.2, 0.75, 8), prior=TINY_PRIOR)
+    assert fit.a == 0.0 and fit.b == pytest.approx(0.0, abs=1e-9)
+    skewed = fit_calibration(states(0.8, 0.25, 8) + states(0.2, 0.75, 8) + [(0.5, 1.0)] * 4, prior=TINY_PRIOR)
+    assert skewed.a == 0.0 and sigmoid(skewed.b) == pytest.approx(12 / 20, abs=1e-6)
+
+
+def test_a_critic_that_separates_the_audits_perfectly_gets_the_largest_slope():
+    assert 1.0 < fit_calibration(states(0.9, 1.0) + states(0.1, 0.0)).a < CALIBRATION_SLOPE_MAX  # the prior holds it
+    fit = fit_calibration(states(0.9, 1.0) + states(0.1, 0.0), prior=TINY_PRIOR)  # the likelihood alone: a -> infinity
+    assert fit.a == CALIBRATION_SLOPE_MAX and fit.b == pytest.approx(0.0, abs=1e-9)  # symmetric: b stays 0
+    assert fit(0.9) == pytest.approx(sigmoid(CALIBRATION_SLOPE_MAX * logit(0.9)))
+
+
+def test_fit_calibration_refuses_bad_input():
+    with pytest.raises(ValueError, match="at least one"):
+        fit_calibration([])
+    with pytest.raises(ValueError, match="positive prior"):
+        fit_calibration([(0.5, 1.0)], prior=0.0)
+
+
+def test_the_window_scores_each_audit_with_the_map_it_was_valued_with():
+    cfg = TempoConfig(audit_weight=1.0)
+    window = AuditWindow()
+    window.add(states(0.2, 0.5, AUDITS_MIN - 2), Calibration())
+    assert window.calibration(cfg) == Calibration()  # fewer than AUDITS_MIN audits: the identity
+    window.add([(0.2, 1.0), (0.2, 0.0)], Calibration())
+    fitted = window.calibration(cfg)
+    same = fit_calibration(states(0.2, 0.5, AUDITS_MIN))
+    assert (fitted.a, fitted.b) == pytest.approx((same.a, same.b))
+    assert 0.45 < fitted(0.2) < 0.5  # a 0.2 critic of a 0.5 rate, moved most of the way (the prior keeps the rest)
+    assert window.calibration(TempoConfig(audit_weight=1.0, critic_calibration="none")) == Calibration()
+    # rows valued with the map in use: the gate scores their calibrated column, not the raw one
+    window.add([(0.2, 1.0), (0.2, 0.0)], Calibration(0.0, 0.0))
+    assert window.rows[-2:] == [(0.2, 0.5, 1.0), (0.2, 0.5, 0.0)]
+    gate = window.gate(cfg)
+    # 16 rows scored 0.2 (half won: (0.64 + 0.04) / 2 = 0.34 each) and 2 scored 0.5 (0.25 each)
+    assert gate.scores.critic == pytest.approx((16 * 0.34 + 2 * 0.25) / 18)
+    assert gate.scores.constant == pytest.approx(0.25) and not gate.ready
+
+
+def test_a_checkpoint_from_before_calibration_restores_its_pairs():
+    window = AuditWindow()
+    window.restore([[0.3, 1.0], [0.6, 0.7, 0.0]])
+    assert window.rows == [(0.3, 0.3, 1.0), (0.6, 0.7, 0.0)]
+
+
+def test_td_endpoints_are_valued_through_the_map(tokenizer, protocol):
+    """Waiting actors end no game within a macro-step, the critic always answers 0.50: every
+    endpoint's value is the map's sigmoid(a logit(0.5) + b) = sigmoid(log 3) = 0.75."""
+    cfg = config(audit_weight=1.0, readiness_gate=False, max_episode_steps=10)
+    rollout, _ = waiting_rollout(tokenizer, protocol, cfg)
+    rollout.sampler.critic_texts = ["<value>0.50</value>"]
+    rollout.audits.calibration = lambda _cfg: Calibration(1.0, math.log(3))
+    batch = rollout.td_update(0, [], Games())
+    assert batch.metrics["critic/endpoint_value_mean"] == pytest.approx(0.75)
+    assert (batch.metrics["critic/calibration_slope"], batch.metrics["critic/calibration_intercept"]) == \
+        pytest.approx((1.0, math.log(3)))
+    # each start state's audit waited until the game's end and lost; the window keeps the raw 0.5
+    # estimate and the 0.75 it was valued with
+    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0)] * 4
+    # without the map the same update values every endpoint 0.5
+    plain, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0, readiness_gate=False,
+                                                           max_episode_steps=10, critic_calibration="none"))
+    plain.sampler.critic_texts = ["<value>0.50</value>"]
+    assert plain.td_update(0, [], Games()).metrics["critic/endpoint_value_mean"] == pytest.approx(0.5)
+
+
+def test_a_checkpoints_map_is_fitted_on_its_audits(tmp_path):
+    from tempo_plugin.embedded.run_folder import checkpoint_calibration
+
+    cfg = TempoConfig(audit_weight=1.0)
+    assert checkpoint_calibration(tmp_path, cfg) == Calibration()  # no progress.json
+    rows = [[0.2, 0.2, 1.0], [0.2, 0.2, 0.0]] * (AUDITS_MIN // 2)
+    (tmp_path / "progress.json").write_text(json.dumps({"audits": rows}))
+    assert checkpoint_calibration(tmp_path, cfg) == fit_calibration([(0.2, 1.0), (0.2, 0.0)] * (AUDITS_MIN // 2))
+    assert checkpoint_calibration(tmp_path, TempoConfig(audit_weight=1.0, critic_calibration="none")) == Calibration()
+
+
+def test_the_calibration_setting_is_checked():
+    with pytest.raises(ConfigError, match="critic.calibration"):
+        TempoConfig(critic_calibration="isotonic").validate()
