@@ -58,18 +58,23 @@ EXPECTED = ["--critic-value", "expected", "--value-loss-weight", "0.1", "--criti
 value cross-entropy's share of a TD update's gradient norm at 0.2-0.6 (beta 1: 0.76-0.99), and 8
 critic steps per update move its readout off its prior (1 step barely does), but broke the shared
 tiny model's actions on one seed of three at 2 vaults."""
+UNCALIBRATED = ["--critic-calibration", "none"]
+"""Audited critics as measured before the calibration map (2026-12-06): their committed tables."""
 SEPARATE = ["--critic-weights", "separate", "--critic-value", "expected", "--value-loss-weight", "1",
-            "--critic-epochs", "8", "--audit-weight", "1", "--mc-refresh-every", "0"]
+            "--critic-epochs", "8", "--audit-weight", "1", "--mc-refresh-every", "0", *UNCALIBRATED]
 """The expected critic on weights of its own (its training cannot move the actor, so the value
 cross-entropy takes its full weight and 8 steps per update, warm-up included), its targets the audits'
 outcomes, no refresh."""
 METHODS: dict[str, list[str]] = {
     "TEMPO": ["--advantage-estimator", "tempo", *WARMUP, *REFRESH_CRITIC],
     "TEMPO (reference)": ["--advantage-estimator", "tempo", *WARMUP, "--preset", "reference"],
-    "TEMPO (audits)": ["--advantage-estimator", "tempo", *WARMUP, "--audit-weight", "1", "--mc-refresh-every", "0"],
+    "TEMPO (audits)": ["--advantage-estimator", "tempo", *WARMUP, "--audit-weight", "1", "--mc-refresh-every", "0",
+                       *UNCALIBRATED],
+    "TEMPO (calibrated audits)": ["--advantage-estimator", "tempo", *WARMUP, "--audit-weight", "1",
+                                  "--mc-refresh-every", "0", "--critic-calibration", "platt"],
     "TEMPO (expected critic)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED, *REFRESH_CRITIC],
     "TEMPO (expected + audits)": ["--advantage-estimator", "tempo", *WARMUP, *EXPECTED,
-                                  "--audit-weight", "0.5", "--mc-refresh-every", "0"],
+                                  "--audit-weight", "0.5", "--mc-refresh-every", "0", *UNCALIBRATED],
     "TEMPO (separate critic)": ["--advantage-estimator", "tempo", *WARMUP, *SEPARATE],
     "TEMPO (separate critic, lr 3e-4)": ["--advantage-estimator", "tempo", *WARMUP, *SEPARATE,
                                          "--critic-learning-rate", "3e-4"],

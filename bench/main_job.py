@@ -1,7 +1,7 @@
 """The README's main job (``bash scripts/tiny/tempo.sh``: 3 vaults, 6 warm-up + 28 TD updates) per
 seed and critic variant, each run's critic measured against Monte Carlo afterwards.
 
-    .venv/bin/python bench/main_job.py [--variants "TEMPO (default: audits)" ...] [--seeds 0 1 2] [--jobs 2]
+    .venv/bin/python bench/main_job.py [--variants "TEMPO (default: calibrated audits)" ...] [--seeds 0 1 2] [--jobs 2]
 
 The main job's bar: held-out success (64 games) gains at least 0.15 on every seed, the actor trains
 in every TD update, and its critic beats the constant guess against Monte Carlo (``analysis/mc_critic``
@@ -27,18 +27,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from credit import BUILD_BOOTSTRAP, REFRESH_CRITIC, run_slug, run_trainer  # noqa: E402
-from horizon import CALIBRATION, SEPARATE, calibrate, calibration, fmt, hollow_checks  # noqa: E402
+from horizon import CALIBRATION, SEPARATE, UNCALIBRATED, calibrate, calibration, fmt, hollow_checks  # noqa: E402
 
 from tempo_plugin.metrics import SUCCESS_RATE, read_metrics  # noqa: E402
 
 VARIANTS: dict[str, list[str]] = {
     "TEMPO (refresh, no audits)": REFRESH_CRITIC,
-    "TEMPO (default: audits)": [],
+    "TEMPO (audits, uncalibrated)": UNCALIBRATED,
+    "TEMPO (default: calibrated audits)": [],
     "TEMPO (separate critic)": [*SEPARATE, "--critic-learning-rate", "3e-4"],
 }
 """Variant -> its trainer arguments beside the main job's defaults: the default critic until
-2026-12-06 (TD targets and a Monte-Carlo refresh), today's (audits), and the expected critic on
-weights of its own."""
+2026-12-06 (TD targets and a Monte-Carlo refresh), audits without and with today's calibration map,
+and the expected critic on weights of its own (uncalibrated)."""
 BAR = 0.15
 
 

@@ -192,6 +192,26 @@ def test_no_critic_collapse_warning_below_the_threshold(capsys):
     assert capsys.readouterr() == ("", "")
 
 
+def test_an_update_with_alike_targets_neither_extends_nor_breaks_a_streak(capsys):
+    """One value for all states is a collapse where the targets differ; where they are alike too the
+    update cannot tell, so a one-valued critic seen in 3 informative updates is warned about however
+    many alike-target updates fall between them."""
+    from tempo_plugin.embedded.multi_turn import COLLAPSE_ESTIMATE_STD, COLLAPSE_TARGET_STD, Progress, warn_if_critic_collapsed
+
+    one_value = {"critic/degenerate_group_rate": 0.0, "critic/estimate_std": COLLAPSE_ESTIMATE_STD / 2}
+    collapsed = {**one_value, "critic/value_target_std": COLLAPSE_TARGET_STD * 2}
+    alike = {**one_value, "critic/value_target_std": 0.0}
+    healthy = {"critic/degenerate_group_rate": 0.0, "critic/estimate_std": 0.2, "critic/value_target_std": 0.0}
+    progress = Progress()
+    streaks = []
+    for update, metrics in enumerate([collapsed, alike, collapsed, alike, alike, collapsed, healthy, collapsed]):
+        warn_if_critic_collapsed(metrics, progress, update)
+        streaks.append(progress.identical_streak)
+    assert streaks == [1, 1, 2, 2, 2, 3, 0, 1]
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "update 5:" in err
+
+
 def test_slime_metric_names_prefix_what_slime_would_not_plot():
     from tempo_plugin.metrics import slime_metric_names
 

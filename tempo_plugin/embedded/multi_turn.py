@@ -218,9 +218,20 @@ def critic_collapsed(metrics: dict[str, float]) -> bool:
             and metrics.get("critic/value_target_std", 0.0) > COLLAPSE_TARGET_STD)
 
 
+def undecided(metrics: dict[str, float]) -> bool:
+    """An update that can neither show a collapse nor rule one out: one value for every state where
+    the targets are alike too (``critic_collapsed`` needs them to differ)."""
+    return (metrics.get("critic/degenerate_group_rate", 0.0) < IDENTICAL_WARNING
+            and metrics.get("critic/estimate_std", 1.0) < COLLAPSE_ESTIMATE_STD
+            and metrics.get("critic/value_target_std", 0.0) <= COLLAPSE_TARGET_STD)
+
+
 def warn_if_critic_collapsed(metrics: dict[str, float], progress: Progress, update: int) -> None:
     """Print a warning when the critic has been collapsed (``critic_collapsed``) for
-    IDENTICAL_PATIENCE updates in a row: it no longer tells states apart, however wrong it is."""
+    IDENTICAL_PATIENCE updates in a row: it no longer tells states apart, however wrong it is. An
+    ``undecided`` update neither extends nor breaks the streak."""
+    if undecided(metrics):
+        return
     progress.identical_streak = progress.identical_streak + 1 if critic_collapsed(metrics) else 0
     if progress.identical_streak == IDENTICAL_PATIENCE:
         print(f"\nwarning: update {update}: the critic has given one value within >= {IDENTICAL_WARNING:.0%} of the "
