@@ -80,6 +80,24 @@ def test_a_critic_that_separates_the_audits_perfectly_gets_the_largest_slope():
     assert fit(0.9) == pytest.approx(sigmoid(CALIBRATION_SLOPE_MAX * logit(0.9)))
 
 
+def test_a_critic_at_its_floor_everywhere_gets_the_audits_rate_and_no_runaway_map():
+    """Every estimate 0.00 (logit clipped to c = logit(0.01)), 31 of 64 audits won. Only t = a c + b
+    is identified; the penalty's minimum on that line is (t - c)^2 / (2 (1 + c^2)), so the optimum
+    solves 64 (sigmoid(t) - 31/64) + (t - c) / (1 + c^2) = 0, here by bisection. Newton's full steps
+    ran away on this window (a = 4, b = -33: every value 0) during a 6-vault run."""
+    c = logit(0.01)
+    low, high = -5.0, 5.0
+    for _ in range(200):
+        t = (low + high) / 2
+        if 64 * (sigmoid(t) - 31 / 64) + (t - c) / (1 + c * c) > 0:
+            high = t
+        else:
+            low = t
+    fit = fit_calibration([(0.0, 1.0)] * 31 + [(0.0, 0.0)] * 33)
+    assert fit(0.0) == pytest.approx(sigmoid(t), abs=1e-9) and fit(0.0) == pytest.approx(31 / 64, abs=0.01)
+    assert fit.a * c + fit.b == pytest.approx(t, abs=1e-9) and 0 <= fit.a < 1
+
+
 def test_fit_calibration_refuses_bad_input():
     with pytest.raises(ValueError, match="at least one"):
         fit_calibration([])

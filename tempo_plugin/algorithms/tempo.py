@@ -241,13 +241,26 @@ class Calibration:
 
 def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRATION_PRIOR) -> Calibration:
     """(a, b) of the docstring's penalised logistic regression on (estimate e_i, outcome z_i) pairs
-    (outcomes in [0, 1]), by Newton's method: the penalty keeps the problem strictly convex."""
+    (outcomes in [0, 1]), by Newton's method with step halving: the penalty keeps the problem
+    strictly convex, and halving a step until the objective falls keeps Newton from overshooting
+    (estimates at the floor, logit -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
     if not pairs:
         raise ValueError("fit_calibration needs at least one (estimate, outcome) pair")
     if prior <= 0:
         raise ValueError(f"fit_calibration needs a positive prior (got {prior})")
     xs = [_logit(e) for e, _ in pairs]
     zs = [float(z) for _, z in pairs]
+
+    def objective(a: float, b: float) -> float:
+        return prior * ((a - 1.0) ** 2 + b * b) / 2 + sum(_log1p_exp(a * x + b) - z * (a * x + b) for x, z in zip(xs, zs))
+
+    def descend(a: float, b: float, da: float, db: float) -> tuple[float, float]:
+        """(a, b) - t (da, db) for the largest t in 1, 1/2, 1/4, ... that lowers the objective."""
+        now, t = objective(a, b), 1.0
+        while t > 1e-12 and objective(a - t * da, b - t * db) > now + 1e-12 * abs(now):  # rounding is no rise
+            t /= 2
+        return a - t * da, b - t * db
+
     a, b = 1.0, 0.0
     for _ in range(100):
         ga, gb = prior * (a - 1.0), prior * b
@@ -262,18 +275,23 @@ def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRA
             hbb += w
         det = haa * hbb - hab * hab
         da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
-        a, b = a - da, b - db
         if abs(da) + abs(db) < 1e-12:
             break
+        a, b = descend(a, b, da, db)
     if not 0.0 <= a <= CALIBRATION_SLOPE_MAX:
         a = min(max(a, 0.0), CALIBRATION_SLOPE_MAX)
         for _ in range(100):  # b alone at the clipped slope
             ps = [_sigmoid(a * x + b) for x in xs]
             db = (prior * b + sum(p - z for p, z in zip(ps, zs))) / (prior + sum(p * (1.0 - p) for p in ps))
-            b -= db
             if abs(db) < 1e-12:
                 break
+            a, b = descend(a, b, 0.0, db)
     return Calibration(a, b)
+
+
+def _log1p_exp(t: float) -> float:
+    """log(1 + e^t) without overflow."""
+    return t + math.log1p(math.exp(-t)) if t > 0 else math.log1p(math.exp(t))
 
 
 def _logit(value: float) -> float:
