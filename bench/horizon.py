@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from credit import BUILD_BOOTSTRAP, REFRESH_CRITIC, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
 
+from tempo_plugin.envs.chain import ROUNDS_PER_VAULT  # noqa: E402
 from tempo_plugin.metrics import MC_REFRESH, read_metrics  # noqa: E402
 
 WARMUP = ["--warmup-updates", "2"]
@@ -89,7 +90,7 @@ EVALUATIONS = 3
 
 
 def episode_steps(vaults: int) -> int:
-    return 10 * vaults
+    return ROUNDS_PER_VAULT * vaults
 
 
 def eval_every(method: str, vaults: int, budget: int) -> int:

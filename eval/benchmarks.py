@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from tempo_plugin.envs.chain import ROUNDS_PER_VAULT
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.rollout.games import eval_games
 from tempo_plugin.rollout.protocol import ChatProtocol
@@ -128,6 +129,7 @@ class Settings:
     top_p: float | None = None
     max_new_tokens: int = 1024  # math answers
     eval_split: str | None = None  # ALFWorld's held-out split (None: the run's --eval-split, valid_unseen for a model)
+    vaults: int | None = None  # the vaults game's chain length (None: a run's own --vaults, 3 for a model)
 
     def sampling(self, cfg: TempoConfig) -> tuple[float, float]:
         return (self.temperature if self.temperature is not None else cfg.temperature,
@@ -190,22 +192,27 @@ class AgentBenchmark:
         eval_split = cfg.eval_split if own else DEFAULT_EVAL_SPLIT
         if settings.eval_split in HELD_OUT_SPLITS.get(self.env, ()):  # --eval-split names an ALFWorld split
             eval_split = settings.eval_split
+        vaults = cfg.vaults if own else 3
+        if settings.vaults is not None and self.env == "vaults":  # --vaults: a longer chain gets a longer episode
+            vaults = settings.vaults
+            cfg = replace(cfg, vaults=vaults, max_episode_steps=max(cfg.max_episode_steps, ROUNDS_PER_VAULT * vaults))
         try:
-            make_env = eval_env_factory(self.env, cfg.max_episode_steps, data_dir, cfg.vaults if own else 3, eval_split)
+            make_env = eval_env_factory(self.env, cfg.max_episode_steps, data_dir, vaults, eval_split)
             split = held_out_split(self.env, eval_split)
         except (ValueError, ImportError, FileNotFoundError) as error:
             progress(self.work(settings))
             return Result(self.name, skipped=str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
         games = eval_games(self.games)
-        greedy = episode_successes(policy, make_env, games, 1, GREEDY_TEMPERATURE, 1.0, settings.seed, progress)
+        greedy = episode_successes(policy, cfg, make_env, games, 1, GREEDY_TEMPERATURE, 1.0, settings.seed, progress)
         temperature, top_p = settings.sampling(cfg)
-        sampled = episode_successes(policy, make_env, games, settings.samples, temperature, top_p,
+        sampled = episode_successes(policy, cfg, make_env, games, settings.samples, temperature, top_p,
                                     settings.seed + 1, progress)
         return Result(
             self.name,
             metrics={GREEDY: greedy_score(greedy), pass_name(settings.k): pass_at_k_score(sampled, settings.samples, settings.k)},
             seconds=time.perf_counter() - tic,
             info={"kind": "agent", "games": self.games, **({"split": split} if split else {}),
+                  **({"vaults": vaults} if self.env == "vaults" else {}),
                   "max_episode_steps": cfg.max_episode_steps,
                   "max_assistant_tokens": cfg.max_assistant_tokens, "max_trajectory_tokens": cfg.max_trajectory_tokens,
                   "temperature": temperature, "top_p": top_p},
@@ -213,13 +220,14 @@ class AgentBenchmark:
 
 
 def episode_successes(
-    policy: Policy, make_env: Callable[[], Any], games: Sequence[int], episodes: int,
+    policy: Policy, cfg: TempoConfig, make_env: Callable[[], Any], games: Sequence[int], episodes: int,
     temperature: float, top_p: float, seed: int, progress: Progress,
 ) -> list[int]:
-    """Episodes won per game, ``episodes`` complete episodes of each game."""
+    """Episodes won per game, ``episodes`` complete episodes of each game, played with ``cfg``'s
+    generation settings (the target's, or with eval's --vaults its episode cap)."""
     from tempo_plugin.method.rollout import TempoRollout
 
-    cfg = replace(policy.config, temperature=temperature, top_p=top_p)
+    cfg = replace(cfg, temperature=temperature, top_p=top_p)
     rollout = TempoRollout(cfg, policy.sampler, policy.protocol, make_env)
     wins: list[int] = []
     for index, chunk in enumerate(batches(games, episodes, policy.batch_rows)):

@@ -44,6 +44,7 @@ benchmarks:
 examples:
   bash eval/eval.sh runs/seed0
   bash eval/eval.sh runs/tempo runs/grpo --envs vaults,vault --games 128
+  bash eval/eval.sh runs/seed0 --vaults 2 --games 128
   bash eval/eval.sh ~/models/Qwen3-4B --math aime24=data/eval/aime24.jsonl --k 8 --max-new-tokens 4096
   bash eval/eval.sh --server http://127.0.0.1:30000 --tokenizer ~/models/Qwen3-4B --envs alfworld"""
 
@@ -71,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated environments to play: vaults, vault, textworld, alfworld; 'all' (every "
                         "one, unavailable ones reported as skipped) or 'none' (default: see below)")
     p.add_argument("--games", type=int, default=64, metavar="N", help="held-out games per environment (default: %(default)s)")
+    p.add_argument("--vaults", type=int, metavar="V",
+                   help="chain length of the vaults game (default: a run's own --vaults, 3 for a model or server); "
+                        "its episodes get at least 10 V rounds")
     p.add_argument("--eval-split", choices=("valid_unseen", "valid_seen"),
                    help="ALFWorld's held-out split to play (default: a run's own --eval-split, else valid_unseen)")
     p.add_argument("--math", action="append", default=[], metavar="NAME=PATH",
@@ -159,6 +163,8 @@ def out_paths(out: str | None) -> tuple[Path, Path]:
 def check_numbers(args: argparse.Namespace) -> None:
     if args.games < 1:
         raise UsageError(f"--games must be >= 1 (got {args.games})")
+    if args.vaults is not None and args.vaults < 1:
+        raise UsageError(f"--vaults must be >= 1 (got {args.vaults})")
     if args.k < 1:
         raise UsageError(f"--k must be >= 1 (got {args.k})")
     if args.samples is None:
@@ -253,7 +259,7 @@ def run(argv: Sequence[str]) -> int:
     except OSError as error:
         raise UsageError(f"--out {args.out or json_path}: cannot create {json_path.parent} ({error.strerror})") from None
 
-    recorded = {"command": [PROG, *argv], "envs": envs, "games": args.games, "eval_split": args.eval_split,
+    recorded = {"command": [PROG, *argv], "envs": envs, "games": args.games, "vaults": args.vaults, "eval_split": args.eval_split,
                 "math": args.math, "problems": args.problems, "k": args.k, "samples": args.samples, "seed": args.seed,
                 "temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
                 "device": args.device, "greedy_temperature": GREEDY_TEMPERATURE,
@@ -272,7 +278,8 @@ def evaluate_and_write(args: argparse.Namespace, recorded: dict[str, Any], targe
     transformers_logging.disable_progress_bar()  # one progress bar: ours
     torch.set_num_threads(args.threads or max(1, min(os.cpu_count() or 1, 16)))
     settings = Settings(k=args.k, samples=args.samples, seed=args.seed, temperature=args.temperature,
-                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, eval_split=args.eval_split)
+                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, eval_split=args.eval_split,
+                        vaults=args.vaults)
     tic = time.perf_counter()
     with torch.no_grad():
         results = evaluate(targets, benchmarks, settings, not args.no_progress)

@@ -170,6 +170,8 @@ class TempoConfig:
         "help": "a real --model that cannot yet act: supervised steps on the environment's noisy expert demonstrations "
                 "(the tiny model's bootstrap data: valid moves with room to improve, uninformative critic values) "
                 "before RL, cached like the tiny model (0: none)"})
+    warm_start_seed: int = field(default=-1, metadata={
+        "help": "seed of the warm start (-1: --seed); runs that differ only in --seed then share one cached warm start"})
     cache_dir: str = field(default="", metadata={"help": "bootstrap cache (default ~/.cache/tempo_plugin)"})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda"})
     # LoRA dropout is fixed at 0: dropout would make the trainer's log-probs differ from the sampler's.
@@ -248,6 +250,8 @@ class TempoConfig:
                      "max_state_uses", "max_env_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag(name)} must be >= 0 (got {getattr(self, name)})")
+        if self.warm_start_seed < -1:
+            raise ConfigError(f"--warm-start-seed must be >= 0, or -1 for --seed (got {self.warm_start_seed})")
         if self.total_updates < 1:
             if self.episode_estimator:
                 raise ConfigError(f"--td-updates must be >= 1 ({self.advantage_estimator} on an environment has no warm-up)")

@@ -194,6 +194,20 @@ def run_dir_with_config(model_dir: Path, root: Path, **settings) -> Path:
     return run
 
 
+def test_vaults_sets_the_chain_length_and_a_long_enough_episode(model_dir, tmp_path):
+    """A model target plays 3 vaults in 30 rounds by default; --vaults 4 plays 4 in 40 (10 per vault),
+    --vaults 1 keeps the target's 30."""
+    for vaults, steps in ((None, 30), (4, 40), (1, 30)):
+        out = tmp_path / f"v{vaults}" / "r.json"
+        extra = [] if vaults is None else ["--vaults", str(vaults)]
+        rc = main([str(model_dir), "--envs", "vaults", "--games", "1", "--k", "1", "--threads", "1", "--no-progress",
+                   "--out", str(out), *extra])
+        assert rc == 0
+        data = json.loads(out.read_text())
+        result = data["results"][model_dir.name]["vaults"]
+        assert (result["vaults"], result["max_episode_steps"], data["settings"]["vaults"]) == (vaults or 3, steps, vaults)
+
+
 def test_two_targets_side_by_side(model_dir, tiny_model, tokenizer, tmp_path, capsys):
     run = run_dir_with_config(model_dir, tmp_path, env="vault", max_episode_steps=15, max_assistant_tokens=6)
     other = tmp_path / "other-model"
@@ -260,6 +274,7 @@ def test_unavailable_env_is_skipped_not_fatal(model_dir, tmp_path, monkeypatch, 
     (["{model}", "--k", "4", "--samples", "2"], ["--samples"]),
     (["{model}", "--games", "many"], ["--games"]),
     (["{model}", "--games", "0"], ["--games"]),
+    (["{model}", "--vaults", "0"], ["--vaults must be >= 1"]),
     (["{model}", "--frobnicate"], ["--frobnicate"]),
     ([], ["nothing to evaluate"]),
     (["--server", "http://127.0.0.1:9"], ["--tokenizer"]),
@@ -295,7 +310,7 @@ def test_eval_sh_help_exits_0(tmp_path):
     result = subprocess.run(["bash", str(REPO / "eval" / "eval.sh"), "--help"], capture_output=True, text=True,
                             env=env, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    for option in ("--server", "--openai", "--openai-model", "--tokenizer", "--envs", "--games", "--math", "--problems",
+    for option in ("--server", "--openai", "--openai-model", "--tokenizer", "--envs", "--games", "--vaults", "--math", "--problems",
                    "--k", "--samples", "--temperature", "--top-p", "--seed", "--device", "--max-new-tokens", "--out",
                    "--threads", "--no-progress"):
         assert option in result.stdout

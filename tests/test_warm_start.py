@@ -45,6 +45,24 @@ def test_warm_start_trains_the_blocks_once_and_caches_them(tmp_path, model_dir, 
     # another step count, seed or model is another cache entry
     assert warm_start_cache_dir(parse_config(args[:3] + ["3"] + args[4:])) != cache
     assert warm_start_cache_dir(parse_config(args + ["--seed", "1"])) != cache
+    # --warm-start-seed: RL seeds that share one warm start; its own seed is the key
+    shared = [warm_start_cache_dir(parse_config(args + ["--seed", str(s), "--warm-start-seed", "0"])) for s in (0, 1, 2)]
+    assert shared == [cache] * 3
+    assert warm_start_cache_dir(parse_config(args + ["--warm-start-seed", "1"])) == \
+        warm_start_cache_dir(parse_config(args + ["--seed", "1"]))
+
+
+def test_a_warm_start_seed_makes_the_same_weights_whatever_the_rl_seed(tmp_path, model_dir, one_thread):
+    """Built from scratch in two caches: --seed 1 --warm-start-seed 0 trains exactly what --seed 0
+    does, and --seed 1 alone something else."""
+    args = ["--model", str(model_dir), "--warm-start-steps", "2", "--max-episode-steps", "15", "--macro-rounds", "5"]
+    built = {}
+    for name, extra in (("seed0", ["--seed", "0"]), ("seed1-shared", ["--seed", "1", "--warm-start-seed", "0"]),
+                        ("seed1", ["--seed", "1"])):
+        model, _ = load_policy(parse_config(args + extra + ["--cache-dir", str(tmp_path / name)]), torch.device("cpu"))
+        built[name] = model.state_dict()
+    assert all(torch.equal(t, built["seed1-shared"][n]) for n, t in built["seed0"].items())
+    assert not all(torch.equal(t, built["seed1"][n]) for n, t in built["seed0"].items())
 
 
 def test_warm_start_is_for_environments_only(tmp_path, model_dir):
@@ -57,6 +75,8 @@ def test_warm_start_is_for_environments_only(tmp_path, model_dir):
 def test_negative_warm_start_steps_name_the_flag():
     with pytest.raises(ConfigError, match="--warm-start-steps must be >= 0"):
         parse_config(["--warm-start-steps", "-1"])
+    with pytest.raises(ConfigError, match="--warm-start-seed must be >= 0, or -1 for --seed"):
+        parse_config(["--warm-start-seed", "-2"])
 
 
 def test_the_bootstrap_schedule_ramps_then_decays():

@@ -162,12 +162,17 @@ WARM_START_KEY_ROOMS = 64  # key-room decisions per step, as the tiny bootstrap:
 WARM_START_CRITIC = 4  # critic demonstrations per step (the tiny bootstrap: 12)
 
 
+def warm_start_seed(cfg: TempoConfig) -> int:
+    """The seed of the warm start: --warm-start-seed, else --seed."""
+    return cfg.seed if cfg.warm_start_seed < 0 else cfg.warm_start_seed
+
+
 def warm_start_cache_dir(cfg: TempoConfig) -> Path:
     root = Path(cfg.cache_dir or os.environ.get("TEMPO_CACHE", Path.home() / ".cache" / "tempo_plugin"))
     source = cfg.model if "/" not in cfg.model and not Path(cfg.model).exists() else str(Path(cfg.model).resolve())
     what = {"v": WARM_START_VERSION, "model": source, "env": cfg.env, "T": cfg.max_episode_steps,
             "env_data": str(Path(cfg.env_data).resolve()) if cfg.env_data else "", "steps": cfg.warm_start_steps,
-            "seed": cfg.seed}
+            "seed": warm_start_seed(cfg)}
     if cfg.env not in BUILT_IN:  # its demonstrations come from the training split only (TINY_ENV_VERSION 2)
         what["env_version"] = TINY_ENV_VERSION
     digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
@@ -192,17 +197,18 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
         return load_pretrained(str(cache), device)
     model, tokenizer = load_pretrained(cfg.model, device, cfg.cache_dir)
     protocol = ChatProtocol(tokenizer)
-    torch.manual_seed(cfg.seed)
+    seed = warm_start_seed(cfg)
+    torch.manual_seed(seed)
     embeddings = [m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None]
     for weight in embeddings:
         weight.requires_grad_(False)
     if cfg.env in BUILT_IN:
-        supervised_bootstrap(model, protocol, cfg.env, cfg.warm_start_steps, cfg.max_episode_steps, cfg.seed,
+        supervised_bootstrap(model, protocol, cfg.env, cfg.warm_start_steps, cfg.max_episode_steps, seed,
                              learning_rate=WARM_START_LR, key_rooms_per_step=WARM_START_KEY_ROOMS,
                              critic_per_step=WARM_START_CRITIC, progress=progress, ramp_steps=WARM_START_RAMP)
     else:
         make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
-        env_bootstrap(model, protocol, make_env, cfg.warm_start_steps, cfg.max_episode_steps, cfg.seed,
+        env_bootstrap(model, protocol, make_env, cfg.warm_start_steps, cfg.max_episode_steps, seed,
                       learning_rate=WARM_START_LR, progress=progress, ramp_steps=WARM_START_RAMP)
     for weight in embeddings:
         weight.requires_grad_(True)
@@ -211,7 +217,7 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "warm_start.json").write_text(json.dumps({"model": cfg.model, "env": cfg.env, "steps": cfg.warm_start_steps,
-                                                      "seed": cfg.seed, "version": WARM_START_VERSION}))
+                                                      "seed": seed, "version": WARM_START_VERSION}))
     shutil.rmtree(cache, ignore_errors=True)
     tmp.rename(cache)
     return load_pretrained(str(cache), device)

@@ -29,6 +29,11 @@ from typing import Optional
 from tempo_plugin.envs.base import EpisodeProgress, StepResult, canonical_action, with_action_list
 from tempo_plugin.envs.vault import MIN_KEYS, NORTH, OPEN_VAULT, SOUTH, TAKE_PREFIX, WAIT
 
+ROUNDS_PER_VAULT = 10
+"""An episode cap that fits a chain of V vaults, T = 10 V: a vault takes 3 to 5 steps (a key, 2 to 4
+halls, the door), so a policy gets about two tries at each. bench/horizon.py and eval/eval.sh
+--vaults use it."""
+
 SIGNS: dict[str, str] = {"sun": "gold", "moon": "silver", "star": "white", "tree": "green"}
 """The symbol a sign shows -> the colour of the key that opens its vault (the same in every game)."""
 KEY_COLOURS: tuple[str, ...] = tuple(SIGNS.values())

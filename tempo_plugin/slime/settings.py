@@ -79,6 +79,7 @@ NOT_ON_SLIME: dict[str, str] = {
     "lora_targets": "LoRA is embedded-only (slime trains the full weights at the pinned commit)",
     "allow_config_change": "slime resumes from --load with the flags of the new launch; there is no config check to allow past",
     "readiness_gate": "the readiness gate judges audits, which run on the embedded runtime only",
+    "warm_start_seed": "the supervised warm start runs on the embedded runtime only",
     "critic_calibration": "the calibration map is fitted on audits, which run on the embedded runtime only",
     "value_loss_weight": "the value cross-entropy (critic_value: expected) runs on the embedded runtime only",
 }
