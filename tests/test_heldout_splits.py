@@ -317,7 +317,7 @@ def test_eval_benchmark_plays_the_held_out_folder_or_skips(textworld_layout, tmp
 
     factories = []
     monkeypatch.setattr(benchmarks, "episode_successes",
-                        lambda policy, make_env, games, episodes, *rest: factories.append((make_env, games)) or
+                        lambda policy, cfg, make_env, games, episodes, *rest: factories.append((make_env, games)) or
                         [1] * len(games))
     settings = benchmarks.Settings(k=1, samples=1)
     cfg = TempoConfig(env="textworld", env_data=str(textworld_layout))
@@ -342,7 +342,7 @@ def test_eval_benchmark_uses_the_runs_alfworld_split(alfworld_games, tmp_path, m
     root = alfworld_root(tmp_path, alfworld_games)
     folders = []
     monkeypatch.setattr(benchmarks, "episode_successes",
-                        lambda policy, make_env, games, *rest: folders.append(make_env().data_dir) or [0] * len(games))
+                        lambda policy, cfg, make_env, games, *rest: folders.append(make_env().data_dir) or [0] * len(games))
     settings = benchmarks.Settings(k=1, samples=1)
     for split in ("valid_unseen", "valid_seen"):
         cfg = TempoConfig(env="alfworld", env_data=str(root), eval_split=split)
@@ -402,7 +402,7 @@ def test_eval_cli_split_option_picks_alfworlds_split_only(alfworld_games, tmp_pa
     root = alfworld_root(tmp_path, alfworld_games)
     folders = []
     monkeypatch.setattr(benchmarks, "episode_successes",
-                        lambda policy, make_env, games, *rest: folders.append(make_env()) or [0] * len(games))
+                        lambda policy, cfg, make_env, games, *rest: folders.append(make_env()) or [0] * len(games))
     settings = benchmarks.Settings(k=1, samples=1, eval_split="valid_seen")
     cfg = TempoConfig(env="alfworld", env_data=str(root))  # the run's own split: valid_unseen
     assert benchmarks.AgentBenchmark("alfworld", 2).run(benchmarks.Policy(None, None, cfg), settings).info["split"] \
