@@ -63,6 +63,12 @@ BUILD_BOOTSTRAP = (
 """Builds (or finds) the cached bootstrapped tiny model of a seed, so parallel runs do not race to build it."""
 
 
+def build_bootstrap(seed: int, trainer_args: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
+    """The tiny model of ``seed`` (with ``trainer_args``' bootstrap settings) built in a process of
+    its own before the runs that share it start (BUILD_BOOTSTRAP)."""
+    subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed), *trainer_args], cwd=ROOT, check=True, env=env)
+
+
 def run_slug(name: str) -> str:
     """A method's folder name: "TEMPO + prefix IS" -> "tempo-prefix-is"."""
     return "-".join("".join(c if c.isalnum() else " " for c in name.lower()).split())
@@ -219,7 +225,7 @@ def main() -> None:
                 runs[method][seed] = Path(args.out) / f"{run_slug(method)}-seed{seed}"
     if not args.report_only:
         for seed in args.seeds:  # one bootstrap per seed, built before runs share it
-            subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed), *args.extra], cwd=ROOT, check=True)
+            build_bootstrap(seed, args.extra)
         jobs = [(method, seed) for seed in args.seeds for method in args.methods]
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             for (method, seed), out in zip(jobs, pool.map(lambda job: run_one(*job, args), jobs)):

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from credit import BUILD_BOOTSTRAP, REFRESH_CRITIC, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
+from credit import REFRESH_CRITIC, build_bootstrap, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
 
 from tempo_plugin.envs.chain import ROUNDS_PER_VAULT  # noqa: E402
 from tempo_plugin.metrics import MC_REFRESH, read_metrics  # noqa: E402
@@ -347,8 +347,7 @@ def main() -> None:
         def run(job: tuple[str, int, int]) -> Path:
             method, vaults, seed = job
             with locks[seed]:  # one bootstrap per seed, shared by every chain length and method, built once
-                subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed), "--max-episode-steps", str(BOOTSTRAP_T)],
-                               cwd=ROOT, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+                build_bootstrap(seed, ["--max-episode-steps", str(BOOTSTRAP_T)], {**os.environ, "OMP_NUM_THREADS": str(threads)})
             folder = run_folder(out, method, vaults, seed)
             folder.parent.mkdir(parents=True, exist_ok=True)
             return run_trainer(f"V={vaults} {method} seed {seed}", folder, trainer_args(method, vaults, seed, args), threads)

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from credit import BUILD_BOOTSTRAP, REFRESH_CRITIC, run_slug, run_trainer  # noqa: E402
+from credit import REFRESH_CRITIC, build_bootstrap, run_slug, run_trainer  # noqa: E402
 from horizon import CALIBRATION, SEPARATE, UNCALIBRATED, calibrate, calibration, fmt, hollow_checks  # noqa: E402
 
 from tempo_plugin.metrics import SUCCESS_RATE, read_metrics  # noqa: E402
@@ -107,7 +106,7 @@ def main() -> None:
     if not args.report_only:
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
         for seed in args.seeds:  # one bootstrap per seed, built before the variants' runs share it
-            subprocess.run([sys.executable, "-c", BUILD_BOOTSTRAP, str(seed)], cwd=ROOT, check=True)
+            build_bootstrap(seed)
         with ThreadPoolExecutor(args.jobs) as pool:
             for future in [pool.submit(run_one, v, s, out, threads) for v in args.variants for s in args.seeds]:
                 future.result()

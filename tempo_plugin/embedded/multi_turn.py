@@ -212,18 +212,25 @@ def critic_collapsed(metrics: dict[str, float]) -> bool:
     (``critic/degenerate_group_rate``: the group-relative critic reward is then 0), or one value for
     every state (``critic/estimate_std`` under COLLAPSE_ESTIMATE_STD) where the targets differ
     (``critic/value_target_std`` above COLLAPSE_TARGET_STD)."""
-    if metrics.get("critic/degenerate_group_rate", 0.0) >= IDENTICAL_WARNING:
-        return True
-    return (metrics.get("critic/estimate_std", 1.0) < COLLAPSE_ESTIMATE_STD
-            and metrics.get("critic/value_target_std", 0.0) > COLLAPSE_TARGET_STD)
+    return _identical_within_states(metrics) or (_one_value_for_all(metrics) and _targets_differ(metrics))
 
 
 def undecided(metrics: dict[str, float]) -> bool:
     """An update that can neither show a collapse nor rule one out: one value for every state where
     the targets are alike too (``critic_collapsed`` needs them to differ)."""
-    return (metrics.get("critic/degenerate_group_rate", 0.0) < IDENTICAL_WARNING
-            and metrics.get("critic/estimate_std", 1.0) < COLLAPSE_ESTIMATE_STD
-            and metrics.get("critic/value_target_std", 0.0) <= COLLAPSE_TARGET_STD)
+    return not _identical_within_states(metrics) and _one_value_for_all(metrics) and not _targets_differ(metrics)
+
+
+def _identical_within_states(metrics: dict[str, float]) -> bool:
+    return metrics.get("critic/degenerate_group_rate", 0.0) >= IDENTICAL_WARNING
+
+
+def _one_value_for_all(metrics: dict[str, float]) -> bool:
+    return metrics.get("critic/estimate_std", 1.0) < COLLAPSE_ESTIMATE_STD
+
+
+def _targets_differ(metrics: dict[str, float]) -> bool:
+    return metrics.get("critic/value_target_std", 0.0) > COLLAPSE_TARGET_STD
 
 
 def warn_if_critic_collapsed(metrics: dict[str, float], progress: Progress, update: int) -> None:

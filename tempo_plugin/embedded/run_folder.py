@@ -164,7 +164,7 @@ def checkpoint_calibration(directory: Path, cfg: TempoConfig) -> Calibration:
     window = AuditWindow()
     path = directory / "progress.json"
     if path.is_file():
-        window.restore(json.loads(path.read_text()).get("audits", []))
+        window.restore(Progress(**json.loads(path.read_text())).audits)
     return window.calibration(cfg)
 
 
