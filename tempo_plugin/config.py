@@ -29,6 +29,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "mc_refresh_every": 0,
         "audit_weight": 0.0,
         "critic_calibration": "none",
+        "audit_boundaries": False,
         "critic_epochs": 1,
         "fresh_share": 0.0,
         "max_state_uses": 0,
@@ -116,6 +117,9 @@ class TempoConfig:
         "help": "with audits: platt passes every critic value through sigmoid(a logit(V) + b), fitted on the recent "
                 "audits' outcomes (a = 0: the audits' rate; b: the critic's shift); none: the critic's values as they are",
         "choices": ("platt", "none")})
+    audit_boundaries: bool = field(default=False, metadata={
+        "help": "with audits: the states each audit branch passes at its macro-step boundaries (the current policy's "
+                "own states, no extra environment steps) also audit the critic, and train it towards that audit's outcome"})
     critic_prompt: str = field(default="condensed", metadata={
         "help": "condensed (actions so far, the current observation, the privileged facts last; answer with the "
                 "value line) or reference (the method's: the condensed transcript of every turn and the privileged "

@@ -166,3 +166,33 @@ def test_a_checkpoints_map_is_fitted_on_its_audits(tmp_path):
 def test_the_calibration_setting_is_checked():
     with pytest.raises(ConfigError, match="critic.calibration"):
         TempoConfig(critic_calibration="isotonic").validate()
+
+
+def test_audit_boundaries_audit_and_train_the_critic_on_the_states_an_audit_passed(tokenizer, protocol):
+    """--audit-boundaries, H = 5, T = 10: 4 fresh start states, each audit waits from round 0 to the
+    episode's end and loses, passing one macro-step boundary (round 5, macro-step 1) on the way.
+    The critic's texts cycle 0.50, 0.20, 0.90 through the calls in order: 8 endpoints x 2 samples
+    (16 texts), 4 start states x 2 (estimates 0.55, 0.35, 0.70, 0.55), then the 4 passed states x 2
+    (0.35, 0.70, 0.55, 0.35), each an audit of outcome 0."""
+    cfg = config(audit_weight=1.0, readiness_gate=False, max_episode_steps=10, audit_boundaries=True)
+    rollout, _ = waiting_rollout(tokenizer, protocol, cfg)
+    valued: list[list[tuple[int, int, int]]] = []
+    call_critic = rollout.call_critic
+
+    def recording(states, samples, seed):
+        valued.append([(s.env_seed, s.round_index, s.macro_index) for s in states])
+        return call_critic(states, samples, seed)
+
+    rollout.call_critic = recording
+    batch = rollout.td_update(0, [], Games())
+    assert valued[-1] == [(game, 5, 1) for game in (100, 101, 102, 103)]
+    assert batch.metrics["audit/boundary_states"] == 4.0
+    estimates = [0.55, 0.35, 0.70, 0.55] + [0.35, 0.70, 0.55, 0.35]
+    assert rollout.audits.rows == [(pytest.approx(e), pytest.approx(e), 0.0) for e in estimates]
+    # the passed states' two critic samples each are trained too (towards 0): 8 samples beside the
+    # start states' 8; no extra environment step
+    assert batch.metrics["train/critic_samples"] == 16.0
+    plain, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0, readiness_gate=False, max_episode_steps=10))
+    without = plain.td_update(0, [], Games())
+    assert without.metrics["train/critic_samples"] == 8.0 and len(plain.audits.rows) == 4
+    assert without.metrics["rollout/rounds"] == batch.metrics["rollout/rounds"] == 4 * 2 * 5 + 4 * 10

@@ -368,6 +368,7 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     ("readiness_gate", False, "'readiness_gate' has no effect on slime: .*embedded runtime only"),
     ("warm_start_seed", 0, "'warm_start_seed' has no effect on slime: .*embedded runtime only"),
     ("critic_calibration", "none", "'critic_calibration' has no effect on slime: .*embedded runtime only"),
+    ("audit_boundaries", True, "'audit_boundaries' has no effect on slime: .*embedded runtime only"),
     ("value_loss_weight", 2.0, "'value_loss_weight' has no effect on slime: .*embedded runtime only"),
     ("audit_weight", 1.0, "audit_weight 1.0: the audit branches .* embedded runtime only"),
     ("critic_value", "expected", "critic_value 'expected': .*the slime rollout trains the sampled critic only"),

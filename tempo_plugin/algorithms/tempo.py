@@ -62,6 +62,10 @@ last audits (estimate e_i, outcome z_i, i = 1..m) with the constant guess zbar =
 
 A critic that is not ready does not value endpoints: V_n = zbar for every non-terminal branch.
 
+With ``--audit-boundaries`` (our addition) every state s' an audit passes at a macro-step boundary
+before its end is audited by the same outcome, z(s') = z(s), and trained towards it: a Monte-Carlo
+sample of V(s') under the current policy that costs no environment step.
+
 With ``--critic-calibration platt`` (our addition; needs audits) every value the critic gives is
 passed through a map fitted on the last audits (Platt scaling, a logistic regression in the
 value's logit):

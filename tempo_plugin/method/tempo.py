@@ -47,7 +47,7 @@ from tempo_plugin.method.critic_calls import CriticCall, CriticCalls
 from tempo_plugin.method.play import UpdateBatch, rollout_metrics
 from tempo_plugin.method.prefix_is import start_state_weights
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, run_branches
-from tempo_plugin.rollout.games import AUDIT, ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
+from tempo_plugin.rollout.games import AUDIT, AUDIT_CRITIC, ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, VALUE, TrainSample, make_sample
 from tempo_plugin.states.restore import RestoreError
 from tempo_plugin.states.state import MacroState
@@ -231,6 +231,7 @@ class TempoUpdates(CriticCalls):
         self._release(branches)
         audits, audit_env_seconds = self._play_audits(update, groups)
         env_seconds += audit_env_seconds
+        passed = self._audit_boundaries(update, audits) if cfg.audit_boundaries else []
         rollout_seconds = time.perf_counter() - tic
 
         tic = time.perf_counter()
@@ -240,6 +241,8 @@ class TempoUpdates(CriticCalls):
                                           calibration)
         start_states = [g[0].start for g in groups]
         start_calls = self.call_critic(start_states, cfg.critic_samples, seed=sampling_seed(cfg.seed, update, START_CRITIC))
+        passed_calls = self.call_critic([s for s, _ in passed], cfg.critic_samples,
+                                        seed=sampling_seed(cfg.seed, update, AUDIT_CRITIC)) if passed else []
         critic_seconds = time.perf_counter() - tic
 
         weights, is_metrics = start_state_weights(cfg, self.sampler, update, start_states)
@@ -248,10 +251,13 @@ class TempoUpdates(CriticCalls):
         targets = [None if t is None else critic_target(t, outcomes.get(g), cfg.audit_weight)
                    for g, t in enumerate(signals.targets)]  # G_crit per group (G(s) without audits)
         critic = [(call, targets[group], group) for call, _, group in signals.critic]
+        critic += [(call, z, len(groups) + i) for i, (call, (_, z)) in enumerate(zip(passed_calls, passed))
+                   if call.answered]  # the audits' boundary states, towards their audit's outcome
         critic_samples, errors, critic_sigma, degenerate = self.critic_training(critic, cfg.critic_advantage_std)
         actor_samples, raw = self._actor_batch(signals.actor, weights)
         samples = critic_samples + actor_samples
-        self.audits.add(self.value_pairs(start_calls, [outcomes.get(g) for g in range(len(start_calls))]), calibration)
+        self.audits.add(self.value_pairs(start_calls, [outcomes.get(g) for g in range(len(start_calls))])
+                        + self.value_pairs(passed_calls, [z for _, z in passed]), calibration)
 
         new_states = [
             s for s in endpoints.states
@@ -284,6 +290,7 @@ class TempoUpdates(CriticCalls):
             "critic/endpoint_parse_failures": float(sum(v is None for v in endpoint_values)),
             **is_metrics,
             **(audit_metrics(audits, audit_rounds, gate, calibration) if cfg.audit_weight > 0 else {}),
+            **({"audit/boundary_states": float(len(passed))} if cfg.audit_boundaries else {}),
             **rollout_metrics(rounds),
             "train/actor_samples": float(sum(s.role == ACTOR for s in samples)),
             "train/critic_samples": float(sum(s.role in (CRITIC, VALUE) for s in samples)),
@@ -386,6 +393,20 @@ class TempoUpdates(CriticCalls):
                                    self._limits(self.cfg.max_episode_steps), seed=sampling_seed(self.cfg.seed, update, AUDIT))
         self._release(list(audits.values()))
         return audits, env_seconds
+
+    def _audit_boundaries(self, update: int, audits: dict[int, Branch]) -> list[tuple[MacroState, float]]:
+        """--audit-boundaries: each state an audit branch passed at a macro-step boundary before its
+        end, with the audit's outcome z: a Monte-Carlo sample of that state's value under the
+        current policy, at no extra environment step."""
+        passed = []
+        for audit in audits.values():
+            if audit.stop_reason == ENV_ERROR:
+                continue
+            for k, record in enumerate(audit.rounds[:-1], start=1):
+                if record.privileged_info is not None:  # recorded at episode rounds that are multiples of H
+                    macro_index = audit.start.macro_index + k // self.cfg.macro_rounds
+                    passed.append((audit.state_after(k, macro_index, update), float(audit.won)))
+        return passed
 
     def _actor_batch(self, actor: Sequence[tuple[Branch, float, float, int]],
                      weights: Sequence[float]) -> tuple[list[TrainSample], list[float]]:

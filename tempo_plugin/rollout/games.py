@@ -21,9 +21,9 @@ def eval_games(count: int) -> list[int]:
     return [EVAL_GAME_OFFSET + i for i in range(count)]
 
 
-ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC, AUDIT = 0, 7, 11, 13, 17
-"""Sampling streams of one update: the actor's rollouts, the three kinds of critic calls and the
-audit branches (``--audit-weight``)."""
+ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC, AUDIT, AUDIT_CRITIC = 0, 7, 11, 13, 17, 19
+"""Sampling streams of one update: the actor's rollouts, the three kinds of critic calls, the
+audit branches (``--audit-weight``) and the critic calls on the states they pass (``--audit-boundaries``)."""
 
 
 def sampling_seed(run_seed: int, update: int, stream: int = ROLLOUT) -> int:
