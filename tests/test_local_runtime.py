@@ -247,3 +247,75 @@ def test_the_gradient_through_a_shared_prefix_is_the_same_bits_every_time_with_t
     finally:
         torch.set_num_threads(threads)
     assert all(torch.equal(g, grads[0]) for g in grads[1:])
+
+
+def test_a_checkpointed_step_trains_as_the_plain_one_without_sharing_the_prefix(tiny_model, one_thread):
+    """--activation-checkpointing: the same loss, gradient norm and updated weights as keeping the
+    activations; the rows' common prefix runs once per row (3 x 18 model tokens, not 10 + 3 x 8)."""
+    import copy
+
+    from tempo_plugin.config import TempoConfig
+    from tempo_plugin.embedded.run_folder import policy_trainer
+
+    class Tokens:
+        pad_token_id = 0
+
+    torch.manual_seed(3)
+    prefix = torch.randint(5, 200, (10,)).tolist()
+    samples = [_sample(prefix + torch.randint(5, 200, (8,)).tolist(), 11) for _ in range(3)]
+    results = []
+    for checkpointing in (False, True):
+        model = copy.deepcopy(tiny_model)
+        cfg = TempoConfig(activation_checkpointing=checkpointing, freeze_embeddings=False)
+        trainer = policy_trainer(cfg, model, Tokens(), learning_rate=1e-2)
+        metrics = trainer.step(samples)
+        results.append((metrics, [p.grad.clone() for p in model.parameters()], model))
+    (plain, plain_grads, _), (checkpointed, checkpointed_grads, model) = results
+    assert plain["train/model_tokens"] == 10 + 3 * 8 and checkpointed["train/model_tokens"] == 3 * 18
+    assert checkpointed["train/loss"] == pytest.approx(plain["train/loss"], abs=1e-6)
+    assert checkpointed["train/grad_norm"] == pytest.approx(plain["train/grad_norm"], rel=1e-4) and plain["train/grad_norm"] > 0
+    for a, b in zip(plain_grads, checkpointed_grads):  # the clipped gradients the optimiser stepped with
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules())  # every decoder layer
+
+
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_logits_in_checkpointed_chunks_give_the_models_own_logprobs_and_gradients(tiny_model, monkeypatch, shared_prefix):
+    """Chunks of 3 positions (3 rows x 3 positions x the vocabulary each) against the model's own
+    logits (``logits_to_keep``, one piece): the same log-probs and gradients."""
+    import copy
+
+    import tempo_plugin.embedded.trainer as trainer
+
+    torch.manual_seed(5)
+    prefix = torch.randint(5, 200, (6,))
+    ids = torch.stack([torch.cat([prefix if shared_prefix else torch.randint(5, 200, (6,)), torch.randint(5, 200, (10,))])
+                       for _ in range(3)])
+    results = []
+    for chunk_elements in (3 * 3 * len(tiny_model.get_output_embeddings().weight), None):
+        model = copy.deepcopy(tiny_model)
+        if chunk_elements is None:  # the model's own logits: no split into decoder and output layer
+            monkeypatch.setattr(trainer, "split_head", lambda m: (m, None))
+        else:
+            monkeypatch.setattr(trainer, "LOGIT_CHUNK_ELEMENTS", chunk_elements)
+        logprobs = token_logprobs(model, ids, torch.ones_like(ids), 0.7, first=5)
+        (logprobs * torch.linspace(-1, 1, ids.shape[1])).sum().backward()
+        results.append((logprobs.detach(), [p.grad for p in model.parameters()]))
+        monkeypatch.undo()
+    (chunked, chunked_grads), (whole, whole_grads) = results
+    assert torch.all(whole[:, :5] == 0) and torch.all(whole[:, 5:] < 0)
+    assert torch.allclose(chunked, whole, atol=1e-5)
+    for a, b in zip(chunked_grads, whole_grads):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-5, rtol=1e-4))
+
+
+def test_a_model_that_scales_its_logits_keeps_its_own_logits(tiny_model):
+    import copy
+
+    from tempo_plugin.embedded.trainer import split_head
+
+    decoder, head = split_head(tiny_model)
+    assert decoder is tiny_model.get_decoder() and head is tiny_model.get_output_embeddings()
+    capped = copy.deepcopy(tiny_model)
+    capped.config.final_logit_softcapping = 30.0
+    assert split_head(capped) == (capped, None)

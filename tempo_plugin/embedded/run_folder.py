@@ -264,8 +264,16 @@ def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: 
             module.weight.requires_grad_(False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    if cfg.activation_checkpointing:
+        # non-reentrant: the frozen embeddings' outputs need no requires_grad for the layers' gradients;
+        # transformers 5 names it activation_checkpointing_enable, 4.x gradient_checkpointing_enable
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
-                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss)
+                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss,
+                         share_prefix=not cfg.activation_checkpointing)
 
 
 def metrics_logs(cfg: TempoConfig, out: Path, keep_updates_below: int | None = None) -> tuple[MetricsLog, WandbRun | None]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 import torch
+import torch.utils.checkpoint
 
 from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss, value_cross_entropy
 from tempo_plugin.rollout.samples import VALUE, TrainSample
@@ -63,12 +64,57 @@ def expand_cache_row(cache: Any, rows: int) -> None:
         layer.values = layer.values.expand(rows, *layer.values.shape[1:])
 
 
+SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+"""Config fields of models whose logits are more than their output layer of the last hidden state."""
+LOGIT_CHUNK_ELEMENTS = 2**24
+"""Logits computed at a time (64 MiB in float32): SmolLM2's 49,152-wide vocabulary over a 2,048-token
+row would otherwise hold 0.4 GB a copy, several copies through the softmax and its gradient."""
+
+
+def split_head(model: Any) -> tuple[Any, Any]:
+    """(decoder, output layer) of a model whose logits are ``output_layer(decoder(...).last_hidden_state)``;
+    (model, None) for any other (one that scales or caps its logits, or does not say how it splits)."""
+    if any(getattr(getattr(model, "config", None), name, None) for name in SCALED_LOGITS):
+        return model, None
+    try:
+        decoder, head = model.get_decoder(), model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return model, None
+    if decoder is None or head is None or decoder is model or not hasattr(head, "weight"):
+        return model, None
+    return decoder, head
+
+
+def picked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[B, n] log-prob of ``targets`` under ``head(hidden) / temperature`` (``head`` None: ``hidden`` are the logits)."""
+    logits = hidden if head is None else head(hidden)
+    log_dist = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return log_dist.gather(-1, targets[..., None]).squeeze(-1)
+
+
+def chunked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``picked_logprobs`` over chunks of positions of at most LOGIT_CHUNK_ELEMENTS logits each; with
+    gradients, a chunk's logits are computed again in the backward pass instead of kept."""
+    rows, positions = targets.shape
+    size = max(1, LOGIT_CHUNK_ELEMENTS // max(1, rows * head.weight.shape[0]))
+    if size >= positions:
+        return picked_logprobs(head, hidden, targets, temperature)
+    pieces = []
+    for start in range(0, positions, size):
+        chunk = (head, hidden[:, start:start + size], targets[:, start:start + size], temperature)
+        pieces.append(torch.utils.checkpoint.checkpoint(picked_logprobs, *chunk, use_reentrant=False)
+                      if torch.is_grad_enabled() else picked_logprobs(*chunk))
+    return torch.cat(pieces, dim=1)
+
+
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float,
                    first: int = 1, shared: int | None = None) -> torch.Tensor:
     """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0).
 
-    Only the logits that predict tokens ``first`` .. T-1 are computed (the model's
-    ``logits_to_keep``): a training sample's long context needs hidden states, not logits.
+    Only the logits that predict tokens ``first`` .. T-1 are computed, in chunks
+    (``chunked_logprobs``) where the model's logits are its output layer of its last hidden state
+    (``split_head``), else by the model's ``logits_to_keep``: a training sample's long context needs
+    hidden states, not logits.
     Rows are right-padded. When they share their first c <= first - 1 tokens (c > 0), those run
     once, for one row, and the rest of every row attends to their keys/values: the same log-probs
     and gradients, less work. ``shared``: ``prefix_run_once`` of these arguments, when the caller
@@ -77,20 +123,24 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
     keep = input_ids.shape[1] - first + 1
     if shared is None:
         shared = prefix_run_once(input_ids, attention, first)
+    decoder, head = split_head(model)
+    to_keep = {} if head is not None else {"logits_to_keep": keep}
     if shared > 0:
         cache_arg = cache_argument(model)
-        prefix = model(input_ids=input_ids[:1, :shared], attention_mask=attention[:1, :shared], use_cache=True,
-                       logits_to_keep=1)
+        prefix = decoder(input_ids=input_ids[:1, :shared], attention_mask=attention[:1, :shared], use_cache=True,
+                         **({} if head is not None else {"logits_to_keep": 1}))
         cache = getattr(prefix, cache_arg)
         expand_cache_row(cache, input_ids.shape[0])
         positions = torch.arange(shared, input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
-        output = model(input_ids=input_ids[:, shared:], attention_mask=attention, position_ids=positions,
-                       use_cache=True, logits_to_keep=keep, **{cache_arg: cache})
+        output = decoder(input_ids=input_ids[:, shared:], attention_mask=attention, position_ids=positions,
+                         use_cache=True, **to_keep, **{cache_arg: cache})
     else:
-        output = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep)
-    logits = output.logits[:, -keep:-1, :].float()
-    log_dist = torch.log_softmax(logits / temperature, dim=-1)
-    picked = log_dist.gather(-1, input_ids[:, first:, None]).squeeze(-1)
+        output = decoder(input_ids=input_ids, attention_mask=attention, use_cache=False, **to_keep)
+    targets = input_ids[:, first:]
+    if head is None:
+        picked = picked_logprobs(None, output.logits[:, -keep:-1, :], targets, temperature)
+    else:
+        picked = chunked_logprobs(head, output.last_hidden_state[:, -keep:-1, :], targets, temperature)
     return torch.cat([torch.zeros_like(input_ids[:, :first], dtype=picked.dtype), picked], dim=1)
 
 
@@ -169,6 +219,7 @@ class PolicyTrainer:
     grad_clip: float = 1.0
     tokens_per_micro_batch: int = 16384
     policy_loss: str = "ppo"  # or importance_sampling: unclipped, summed over tokens (config.py)
+    share_prefix: bool = True  # run a micro-batch's common prefix once (not with checkpointed layers: they cache nothing)
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -185,7 +236,7 @@ class PolicyTrainer:
         for batch in micro_batches(samples, self.tokens_per_micro_batch):
             tensors = collate(batch, self.pad_id, device)
             first = first_loss_column(tensors["loss_mask"])
-            shared = prefix_run_once(tensors["input_ids"], tensors["attention"], first)
+            shared = prefix_run_once(tensors["input_ids"], tensors["attention"], first) if self.share_prefix else 0
             logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
                                       shared)
             model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
