@@ -13,8 +13,7 @@ Two parts, each measurement in a process of its own (its kernel high-water mark,
    Reported: the peak, and the peak after loading (model + adapters) in the same process.
 2. ``recipe``: ``scripts/smollm2-135m/{tempo,grpo}.sh`` as shipped, cut short (``RECIPE_SHORT``: one
    update of each kind, 8 held-out games, the supervised warm start taken from the cache that the
-   first call fills), the peak of the trainer process (``os.wait4``). Extra settings per
-   ``RECIPE_SETTINGS`` show what the recipes' memory dials change.
+   first call fills), the peak of the trainer process (``os.wait4``), per ``RECIPE_SETTINGS``.
 
 Writes ``memory-smollm2-135m.md`` and ``.json`` under ``--out`` (settings, machine, date, every
 repeat). The machine is whatever runs it: peaks do not depend on other jobs, timings do.
@@ -53,13 +52,10 @@ RECIPE_SHORT = {
     "tempo": ["--warmup-updates", "1", "--td-updates", "1", "--eval-games", "8", "--eval-every", "1000"],
     "grpo": ["--td-updates", "1", "--eval-games", "8", "--eval-every", "1000"],
 }
-RECIPE_SETTINGS: dict[str, list[str]] = {
-    "as shipped": [],
-    "2,048-token micro-batch, no checkpointing": ["--train-tokens-per-micro-batch", "2048",
-                                                 "--activation-checkpointing", "false"],
-}
-"""The earlier recipes (16,384-token micro-batch, no checkpointing) peaked at 20.5 GiB on a 24 GiB
-machine (docs/experiments/smollm2-135m.md): not run again here, it can push the machine out of memory."""
+RECIPE_SETTINGS: dict[str, list[str]] = {"as shipped": []}
+"""The earlier recipes (16,384-token micro-batch, logits in one piece, no checkpointing) peaked at
+20.5 GiB on a 24 GiB machine (docs/experiments/smollm2-135m.md): not run again here, it can push the
+machine out of memory. The step part shows what each memory dial changes."""
 RESULT_PREFIX = "MEMORY-RESULT "
 
 
@@ -155,12 +151,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
-    results: dict[str, dict[str, list[dict]]] = {}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record_file = out / "memory-smollm2-135m.json"
+    # the parts not run this time keep their earlier results
+    record = json.loads(record_file.read_text()) if record_file.is_file() else {"parts": {}}
+    machine = {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+               "threads": args.threads, "date": datetime.date.today().isoformat()}
+    runs: dict[str, dict[str, list[dict]]] = {}
     if "step" in args.parts:
         for name in STEP_SETTINGS:
             for repeat in range(args.repeats):
                 result = run_step(name, args.threads)
-                results.setdefault(f"step: {ROWS} x {TOKENS} tokens", {}).setdefault(name, []).append(result)
+                runs.setdefault(f"step: {ROWS} x {TOKENS} tokens", {}).setdefault(name, []).append(result)
                 print(f"step | {name} | repeat {repeat}: peak {result['peak_gib']:.2f} GiB, "
                       f"{result['seconds']:.0f} s", flush=True)
     if "recipe" in args.parts:
@@ -168,21 +171,19 @@ def main(argv: list[str] | None = None) -> int:
             for name, setting in RECIPE_SETTINGS.items():
                 for repeat in range(args.repeats):
                     result = run_recipe(recipe, setting, args.threads, Path(args.cache_dir))
-                    results.setdefault(f"recipe: {recipe}.sh", {}).setdefault(name, []).append(result)
+                    runs.setdefault(f"recipe: {recipe}.sh", {}).setdefault(name, []).append(result)
                     print(f"{recipe}.sh | {name} | repeat {repeat}: peak {result['peak_gib']:.2f} GiB, "
                           f"{result['seconds']:.0f} s", flush=True)
-    machine = {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-               "threads": args.threads, "date": datetime.date.today().isoformat(), "load_after": os.getloadavg()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"machine": machine, "step_settings": STEP_SETTINGS, "recipe_short": RECIPE_SHORT,
-              "recipe_settings": RECIPE_SETTINGS, "results": results}
-    (out / "memory-smollm2-135m.json").write_text(json.dumps(record, indent=1))
-    table = summary_rows(results)
+    for part, results in runs.items():
+        settings = STEP_SETTINGS if part.startswith("step") else {"short": RECIPE_SHORT, "settings": RECIPE_SETTINGS}
+        record["parts"][part] = {"machine": {**machine, "load_after": os.getloadavg()}, "settings": settings,
+                                 "results": results}
+    record_file.write_text(json.dumps(record, indent=1))
+    table = summary_rows({part: entry["results"] for part, entry in record["parts"].items()})
+    dates = sorted({entry["machine"]["date"] for entry in record["parts"].values()})
     (out / "memory-smollm2-135m.md").write_text(
         f"Peak resident memory, SmolLM2-135M-Instruct + rank-32 LoRA, float32, {machine['cores']} cores, "
-        f"{args.threads} threads, {machine['date']} (bench/memory.py; goal: under {GOAL_GIB:.0f} GiB).\n\n"
-        + "\n".join(table) + "\n")
+        f"{', '.join(dates)} (bench/memory.py; goal: under {GOAL_GIB:.0f} GiB).\n\n" + "\n".join(table) + "\n")
     print("\n".join(table))
     return 0
 

@@ -123,6 +123,7 @@ def test_the_recipes_settings_are_a_valid_config(estimator, extra):
         cwd=root, capture_output=True, text=True, check=True).stdout.split()
     cfg = parse_config(listed + ["--advantage-estimator", estimator])
     assert (cfg.model, cfg.lora_rank, cfg.warm_start_steps, cfg.eval_games) == ("smollm2-135m", 32, 16, 64)
+    assert (cfg.train_tokens_per_micro_batch, cfg.activation_checkpointing) == (2048, True)  # bench/memory.py
     assert cfg.multi_turn and cfg.env == "vaults"
 
 
