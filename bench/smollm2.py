@@ -1,0 +1,143 @@
+"""SmolLM2-135M-Instruct: TEMPO (TD critic, calibrated audits), multi-turn GRPO and Temporal GRPO at
+an equal budget of environment steps, from one shared warm start (issue 39's comparison).
+
+    .venv/bin/python bench/smollm2.py [--vaults 2] [--seeds 0 1 2] [--env-steps 2400] [--eval-games 128]
+                                      [--methods ...] [--mc-games 16 --mc-samples 16] [--out bench/results/smollm2]
+
+Every run is ``scripts/smollm2-135m/common.sh``'s recipe (its ``SMOLLM2_ARGS``: the warm start, LoRA,
+the memory settings, 4 games x 4 branches or episodes) with the method's own flags, ``--vaults``,
+``--max-env-steps`` (warm-up episodes and audits count), ``--eval-games`` held-out games before and
+after, and ``--warm-start-seed 0``: every seed starts from the same warm-started weights, so seeds
+differ in RL only. A finished run made with the same settings is read again, not rerun (as in
+bench/horizon.py); an interrupted one starts again. Each finished TEMPO run's critic is then
+measured against Monte Carlo (``analysis/mc_critic``, ``--mc-games`` x ``--mc-samples``).
+
+Writes ``smollm2.md`` and ``smollm2.json`` under ``--out``: per method the held-out success before
+and after per seed, the change, how many seeds gained at least 0.10, the hollow checks (fewest
+actor samples in an update, mean degenerate-group share), the environment steps, and the critic
+against Monte Carlo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from credit import eval_points, run_slug, run_trainer  # noqa: E402
+from horizon import calibration, hollow_checks  # noqa: E402
+
+GAIN = 0.10  # the goal's gain in held-out success
+
+
+def recipe(array: str) -> list[str]:
+    """A flag array of scripts/smollm2-135m/common.sh, the one place the recipes' settings live."""
+    listed = subprocess.run(["bash", "-c", f'source scripts/smollm2-135m/common.sh && printf "%s\\n" "${{{array}[@]}}"'],
+                            cwd=ROOT, capture_output=True, text=True, check=True)
+    return listed.stdout.split()
+
+
+METHODS: dict[str, list[str]] = {
+    "TEMPO (TD critic)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
+                          "--audit-weight", "0", "--critic-calibration", "none"],
+    "TEMPO (calibrated audits)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS")],
+    "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
+    "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
+}
+"""Method -> its flags after the recipe's SMOLLM2_ARGS (the TD critic: the recipe before audits)."""
+
+
+def trainer_args(method: str, seed: int, args: argparse.Namespace) -> list[str]:
+    return [*recipe("SMOLLM2_ARGS"), *METHODS[method], "--vaults", str(args.vaults), "--seed", str(seed),
+            "--warm-start-seed", "0", "--td-updates", "1000", "--max-env-steps", str(args.env_steps),
+            "--eval-games", str(args.eval_games), "--eval-every", "1000"]
+
+
+def calibrate(run: Path, args: argparse.Namespace) -> None:
+    if (run / "mc_critic" / "summary.json").is_file():
+        return
+    print(f"measuring {run}'s critic against Monte Carlo ...", flush=True)
+    with open(run.parent / f"{run.name}.mc_critic.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "analysis.mc_critic", str(run), "--games", str(args.mc_games),
+                        "--mc-samples", str(args.mc_samples), "--critic-samples", "4", "--action-states", "0",
+                        "--out", str(run / "mc_critic")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def summarise(runs: dict[str, dict[int, Path]]) -> dict:
+    summary: dict[str, dict] = {}
+    for method, by_seed in runs.items():
+        rows = {}
+        for seed, run in sorted(by_seed.items()):
+            points = eval_points(run)
+            rows[seed] = {"base": points[0][1], "final": points[-1][1], "env_steps": points[-1][0],
+                          **hollow_checks(run), "critic": calibration(run)}
+        summary[method] = rows
+    return summary
+
+
+def table(summary: dict, args: argparse.Namespace) -> str:
+    lines = [f"SmolLM2-135M-Instruct, {args.vaults} vaults, {args.env_steps} environment steps, held-out success on "
+             f"{args.eval_games} games before and after, one warm start (--warm-start-seed 0) for every seed.", "",
+             "| method | seeds | env steps | base | final per seed | change per seed | change mean | gained >= 0.10 "
+             "| actor samples min | degenerate groups | critic MAE / constant | critic estimate - MC |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for method, rows in summary.items():
+        seeds = sorted(rows)
+        changes = [rows[s]["final"] - rows[s]["base"] for s in seeds]
+        finals = [rows[s]["final"] for s in seeds]
+        critics = [rows[s]["critic"] for s in seeds if rows[s]["critic"]]
+        critic_cells = ("-", "-") if not critics else (
+            " / ".join(f"{c['mae'] / c['constant_mae']:.2f}" for c in critics),
+            " / ".join(f"{c['estimate_mean'] - c['mc_mean']:+.3f}" for c in critics))
+        lines.append(
+            f"| {method} | {', '.join(map(str, seeds))} | {statistics.fmean(rows[s]['env_steps'] for s in seeds):.0f} "
+            f"| {statistics.fmean(rows[s]['base'] for s in seeds):.3f} "
+            f"| {' / '.join(f'{f:.3f}' for f in finals)} "
+            f"| {' / '.join(f'{c:+.3f}' for c in changes)} | {statistics.fmean(changes):+.3f} "
+            f"| {sum(c >= GAIN - 1e-9 for c in changes)}/{len(seeds)} "
+            f"| {min(rows[s]['actor_samples_min'] for s in seeds):.0f} "
+            f"| {statistics.fmean(rows[s]['degenerate_group_rate'] for s in seeds):.2f} | {critic_cells[0]} | {critic_cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vaults", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--env-steps", type=int, default=2400)
+    parser.add_argument("--eval-games", type=int, default=128)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--mc-games", type=int, default=16)
+    parser.add_argument("--mc-samples", type=int, default=16)
+    parser.add_argument("--no-critic", action="store_true", help="skip the Monte-Carlo measurement of the critics")
+    parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1))
+    parser.add_argument("--out", default="bench/results/smollm2")
+    args = parser.parse_args()
+    if args.vaults < 1 or args.env_steps < 1 or args.eval_games < 1:
+        parser.error("--vaults, --env-steps and --eval-games must be >= 1")
+    out = Path(args.out).resolve()
+    runs: dict[str, dict[int, Path]] = {m: {} for m in args.methods}
+    for seed in args.seeds:
+        for method in args.methods:
+            folder = out / f"v{args.vaults}" / f"{run_slug(method)}-seed{seed}"
+            runs[method][seed] = run_trainer(f"{method} seed {seed}", folder, trainer_args(method, seed, args),
+                                             args.threads)
+            if "TEMPO" in method and not args.no_critic:
+                calibrate(folder, args)
+    summary = summarise(runs)
+    (out / "smollm2.json").write_text(json.dumps({"settings": vars(args), "summary": summary}, indent=1, default=str))
+    text = table(summary, args)
+    (out / "smollm2.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
