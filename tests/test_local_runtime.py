@@ -319,3 +319,51 @@ def test_a_model_that_scales_its_logits_keeps_its_own_logits(tiny_model):
     capped = copy.deepcopy(tiny_model)
     capped.config.final_logit_softcapping = 30.0
     assert split_head(capped) == (capped, None)
+
+
+def test_warm_start_micro_batches_give_the_gradient_of_each_part_at_once(tiny_model):
+    """backward_role_losses in micro-batches of at most 20 padded tokens (one or two demonstrations
+    each) against each part at once: the same loss and gradients (each part's mean NLL)."""
+    import copy
+
+    from tempo_plugin.tiny.bootstrap import Demo, backward_role_losses
+
+    torch.manual_seed(8)
+    demos = [Demo(torch.randint(5, 200, (n,)).tolist(), [0] * 4 + [1] * (n - 4)) for n in (9, 12, 7, 10)]
+    parts = [demos[:3], demos[3:]]
+    results = []
+    for budget in (None, 20):
+        model = copy.deepcopy(tiny_model)
+        loss = backward_role_losses(model, parts, 0, torch.device("cpu"), tokens_per_micro_batch=budget)
+        results.append((loss, [p.grad for p in model.parameters()]))
+    (whole, whole_grads), (chunked, chunked_grads) = results
+    assert chunked == pytest.approx(whole, rel=1e-6)
+    for a, b in zip(whole_grads, chunked_grads):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-6, rtol=1e-4))
+
+
+def test_a_checkpointed_model_runs_every_row_in_full_under_gradients(tiny_model):
+    """Checkpointed layers write no key/value cache, so token_logprobs shares no prefix while it
+    records gradients (and still does without them); the log-probs are the same."""
+    import copy
+
+    from tempo_plugin.embedded.trainer import checkpointed, set_activation_checkpointing
+
+    model = copy.deepcopy(tiny_model)
+    torch.manual_seed(9)
+    prefix = torch.randint(5, 200, (10,))
+    ids = torch.stack([torch.cat([prefix, torch.randint(5, 200, (4,))]) for _ in range(2)])
+    with torch.no_grad():
+        plain = token_logprobs(model, ids, torch.ones_like(ids), 1.0, first=11)
+    set_activation_checkpointing(model, True)
+    model.train()
+    assert checkpointed(model)
+    shapes, handle = _embedding_input_shapes(model)
+    with_grad = token_logprobs(model, ids, torch.ones_like(ids), 1.0, first=11)
+    with torch.no_grad():
+        token_logprobs(model, ids, torch.ones_like(ids), 1.0, first=11)
+    handle.remove()
+    assert shapes == [(2, 14), (1, 10), (2, 4)]  # in full under gradients; the prefix once without
+    assert torch.allclose(with_grad.detach(), plain, atol=1e-5)
+    set_activation_checkpointing(model, False)
+    assert not checkpointed(model)

@@ -185,6 +185,7 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
     demonstrations (the tiny model's bootstrap data at a smaller batch), built once and cached.
     The token embeddings stay fixed: the demonstrations use a handful of tokens, and Adam would
     move the rest of a pretrained vocabulary for nothing."""
+    from tempo_plugin.embedded.trainer import set_activation_checkpointing
     from tempo_plugin.tiny.bootstrap import supervised_bootstrap
     from tempo_plugin.tiny.env_bootstrap import env_bootstrap
     from tempo_plugin.envs import env_factory
@@ -202,16 +203,21 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
     embeddings = [m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None]
     for weight in embeddings:
         weight.requires_grad_(False)
+    if cfg.activation_checkpointing:  # the memory settings of the run hold for its warm start too
+        set_activation_checkpointing(model, True)
     if cfg.env in BUILT_IN:
         supervised_bootstrap(model, protocol, cfg.env, cfg.warm_start_steps, cfg.max_episode_steps, seed,
                              learning_rate=WARM_START_LR, key_rooms_per_step=WARM_START_KEY_ROOMS,
-                             critic_per_step=WARM_START_CRITIC, progress=progress, ramp_steps=WARM_START_RAMP)
+                             critic_per_step=WARM_START_CRITIC, progress=progress, ramp_steps=WARM_START_RAMP,
+                             tokens_per_micro_batch=cfg.train_tokens_per_micro_batch)
     else:
         make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data)
         env_bootstrap(model, protocol, make_env, cfg.warm_start_steps, cfg.max_episode_steps, seed,
                       learning_rate=WARM_START_LR, progress=progress, ramp_steps=WARM_START_RAMP)
     for weight in embeddings:
         weight.requires_grad_(True)
+    if cfg.activation_checkpointing:
+        set_activation_checkpointing(model, False)
     tmp = cache.with_name(cache.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -23,7 +23,7 @@ import yaml
 from tempo_plugin.embedded.checkpoint_integrity import checkpoint_damage
 from tempo_plugin.embedded.lora import is_adapter_dir, save_model
 from tempo_plugin.embedded.model import load_adapted, load_policy, load_pretrained
-from tempo_plugin.embedded.trainer import PolicyTrainer
+from tempo_plugin.embedded.trainer import PolicyTrainer, set_activation_checkpointing
 from tempo_plugin.config import ConfigError, TempoConfig, flag
 from tempo_plugin.algorithms.tempo import Calibration
 from tempo_plugin.method.tempo import AuditWindow
@@ -265,12 +265,7 @@ def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: 
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if cfg.activation_checkpointing:
-        # non-reentrant: the frozen embeddings' outputs need no requires_grad for the layers' gradients;
-        # transformers 5 names it activation_checkpointing_enable, 4.x gradient_checkpointing_enable
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        set_activation_checkpointing(model, True)
     return PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
                          cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss,
                          share_prefix=not cfg.activation_checkpointing)

@@ -64,6 +64,25 @@ def expand_cache_row(cache: Any, rows: int) -> None:
         layer.values = layer.values.expand(rows, *layer.values.shape[1:])
 
 
+def checkpointed(model: Any) -> bool:
+    """Whether the model's layers recompute their activations in the backward pass
+    (``set_activation_checkpointing``)."""
+    return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+
+def set_activation_checkpointing(model: Any, on: bool) -> None:
+    """--activation-checkpointing: each layer's activations recomputed in the backward pass, not kept.
+    Non-reentrant, so that frozen embeddings' outputs need no requires_grad; transformers 5 names
+    it activation_checkpointing_enable, 4.x gradient_checkpointing_enable."""
+    if not on:
+        disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+        disable()
+    elif hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose logits are more than their output layer of the last hidden state."""
 LOGIT_CHUNK_ELEMENTS = 2**24
@@ -121,8 +140,8 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
     has it already."""
     first = max(1, min(first, input_ids.shape[1]))
     keep = input_ids.shape[1] - first + 1
-    if shared is None:
-        shared = prefix_run_once(input_ids, attention, first)
+    if shared is None:  # a checkpointed layer writes no key/value cache: no prefix can be shared
+        shared = 0 if torch.is_grad_enabled() and checkpointed(model) else prefix_run_once(input_ids, attention, first)
     decoder, head = split_head(model)
     to_keep = {} if head is not None else {"logits_to_keep": keep}
     if shared > 0:

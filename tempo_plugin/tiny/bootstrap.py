@@ -35,7 +35,7 @@ from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_va
 from tempo_plugin.envs import make
 from tempo_plugin.envs.base import Env
 from tempo_plugin.envs.vault import PALETTE, TAKE_PREFIX
-from tempo_plugin.embedded.trainer import collate, first_loss_column, token_logprobs
+from tempo_plugin.embedded.trainer import chunk_by_token_budget, collate, first_loss_column, token_logprobs
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
 from tempo_plugin.rollout.samples import ACTOR, make_sample
 
@@ -189,8 +189,10 @@ def supervised_bootstrap(
     critic_per_step: int = 12,
     progress: Callable[[int, float], None] | None = None,
     ramp_steps: int = 20,
+    tokens_per_micro_batch: int | None = None,
 ) -> list[float]:
-    """Cross-entropy on the demonstration tokens (mask 1 only). Returns the loss per step."""
+    """Cross-entropy on the demonstration tokens (mask 1 only). Returns the loss per step.
+    ``tokens_per_micro_batch``: see ``backward_role_losses``."""
     rng = random.Random(seed)
     env = make(env_name, max_steps=max_steps)
     device = next(model.parameters()).device
@@ -211,7 +213,7 @@ def supervised_bootstrap(
         while len(critic) < critic_per_step:
             game += 1
             critic += critic_demos(protocol, env, game, rng, max_steps, count=4)
-        return backward_role_losses(model, [actor, keys, critic], pad_id, device)
+        return backward_role_losses(model, [actor, keys, critic], pad_id, device, tokens_per_micro_batch)
 
     return supervised_steps(model, steps, learning_rate, step_loss, progress, ramp_steps)
 
@@ -251,24 +253,31 @@ def supervised_steps(
     return losses
 
 
-def backward_role_losses(model, parts: list[list[Demo]], pad_id: int, device: torch.device) -> float:
+def backward_role_losses(model, parts: list[list[Demo]], pad_id: int, device: torch.device,
+                         tokens_per_micro_batch: int | None = None) -> float:
     """Backward the mean NLL of each non-empty part (e.g. actor and critic demonstrations, in
-    separate forward passes since their lengths differ a lot), each part weighted equally."""
+    separate forward passes since their lengths differ a lot), each part weighted equally.
+    ``tokens_per_micro_batch``: a part runs in micro-batches of at most that many padded tokens,
+    each backwarded on its own (the same gradient, a smaller peak); None: a part at once."""
     parts = [part for part in parts if part]
     total = 0.0
     for part in parts:
-        loss = _masked_nll(model, part, pad_id, device) / len(parts)
-        loss.backward()
-        total += loss.item()
+        trained = sum(sum(d.loss_mask) for d in part)
+        chunks = ([part] if tokens_per_micro_batch is None else
+                  chunk_by_token_budget(part, lambda d: len(d.tokens), tokens_per_micro_batch))
+        for chunk in chunks:
+            loss = _summed_nll(model, chunk, pad_id, device) / trained / len(parts)
+            loss.backward()
+            total += loss.item()
     return total
 
 
-def _masked_nll(model, demos: list[Demo], pad_id: int, device: torch.device) -> torch.Tensor:
-    """Mean negative log-likelihood of the demonstration tokens with mask 1."""
+def _summed_nll(model, demos: list[Demo], pad_id: int, device: torch.device) -> torch.Tensor:
+    """Summed negative log-likelihood of the demonstration tokens with mask 1."""
     samples = [make_sample(d.tokens, d.loss_mask, [0.0] * len(d.tokens), 0.0, ACTOR, 0, 0.0) for d in demos]
     tensors = collate(samples, pad_id, device)
     mask = tensors["loss_mask"]
     # from the first trained column on: the demonstrations' shared start (system prompt, task) runs once
     logprobs = token_logprobs(model, tensors["input_ids"], tensors["attention"], temperature=1.0,
                               first=first_loss_column(mask))
-    return -(logprobs * mask).sum() / mask.sum()
+    return -(logprobs * mask).sum()
