@@ -11,7 +11,9 @@ Two parts, each measurement in a process of its own (its kernel high-water mark,
    as the trainer computed them before it took them in chunks). A micro-batch holds whole
    rows, so the peak is that of the largest micro-batch, however many rows a batch has.
    Reported: the peak, and the peak after loading (model + adapters) in the same process.
-2. ``recipe``: ``scripts/smollm2-135m/{tempo,grpo}.sh`` as shipped, cut short (``RECIPE_SHORT``: one
+2. ``warmstart``: the supervised warm start's first step (full fine-tuning, the real code path with
+   a cache of its own), for each setting in ``WARM_SETTINGS``: a recipe's first run holds it.
+3. ``recipe``: ``scripts/smollm2-135m/{tempo,grpo}.sh`` as shipped, cut short (``RECIPE_SHORT``: one
    update of each kind, 8 held-out games, the supervised warm start taken from the cache that the
    first call fills), the peak of the trainer process (``os.wait4``), per ``RECIPE_SETTINGS``.
 
@@ -48,6 +50,12 @@ STEP_SETTINGS: dict[str, list[str]] = {
     "8,192-token micro-batch, activation checkpointing": ["--train-tokens-per-micro-batch", "8192",
                                                           "--activation-checkpointing"],
 }
+WARM_SETTINGS: dict[str, list[str]] = {
+    "all demonstrations of a role at once, no checkpointing (before)": ["--train-tokens-per-micro-batch", "1000000000"],
+    "2,048-token micro-batches, activation checkpointing (the recipes)": ["--train-tokens-per-micro-batch", "2048",
+                                                                          "--activation-checkpointing"],
+}
+"""The warm start's first step (``model.load_warm_started`` with --warm-start-steps 1, full weights)."""
 RECIPE_SHORT = {
     "tempo": ["--warmup-updates", "1", "--td-updates", "1", "--eval-games", "8", "--eval-every", "1000"],
     "grpo": ["--td-updates", "1", "--eval-games", "8", "--eval-every", "1000"],
@@ -96,8 +104,28 @@ def step_worker(setting: list[str]) -> dict:
             "model_tokens": metrics["train/model_tokens"]}
 
 
-def run_step(name: str, threads: int) -> dict:
-    command = [sys.executable, __file__, "--worker", json.dumps(STEP_SETTINGS[name])]
+def warm_worker(setting: list[str]) -> dict:
+    """One warm-start step under ``setting``, its cache in a new folder beside the converted model."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from tempo_plugin.config import parse_config
+    from tempo_plugin.embedded.model import load_warm_started
+    from tempo_plugin.embedded.named_models import model_directory
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    converted = Path(model_directory("smollm2-135m"))  # converted once, in the default cache
+    with tempfile.TemporaryDirectory() as cache:
+        (Path(cache) / converted.parent.name).symlink_to(converted.parent)
+        cfg = parse_config(["--model", "smollm2-135m", "--warm-start-steps", "1", "--cache-dir", cache, *setting])
+        tic = time.perf_counter()
+        load_warm_started(cfg, torch.device("cpu"))
+        return {"peak_gib": peak_gib(), "seconds": time.perf_counter() - tic}
+
+
+def run_step(name: str, threads: int, warm: bool = False) -> dict:
+    command = [sys.executable, __file__, "--worker" if not warm else "--warm-worker",
+               json.dumps((WARM_SETTINGS if warm else STEP_SETTINGS)[name])]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
@@ -137,7 +165,8 @@ def summary_rows(results: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", default=["step", "recipe"], choices=["step", "recipe"])
+    parser.add_argument("--parts", nargs="+", default=["step", "warmstart", "recipe"],
+                        choices=["step", "warmstart", "recipe"])
     parser.add_argument("--recipes", nargs="+", default=list(RECIPE_SHORT), choices=list(RECIPE_SHORT))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1))
@@ -145,9 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the recipes' model and warm-start cache (filled by the first recipe call)")
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-worker", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         print(RESULT_PREFIX + json.dumps(step_worker(json.loads(args.worker))), flush=True)
+        return 0
+    if args.warm_worker:
+        print(RESULT_PREFIX + json.dumps(warm_worker(json.loads(args.warm_worker))), flush=True)
         return 0
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
@@ -166,6 +199,13 @@ def main(argv: list[str] | None = None) -> int:
                 runs.setdefault(f"step: {ROWS} x {TOKENS} tokens", {}).setdefault(name, []).append(result)
                 print(f"step | {name} | repeat {repeat}: peak {result['peak_gib']:.2f} GiB, "
                       f"{result['seconds']:.0f} s", flush=True)
+    if "warmstart" in args.parts:
+        for name in WARM_SETTINGS:
+            for repeat in range(args.repeats):
+                result = run_step(name, args.threads, warm=True)
+                runs.setdefault("warm start: its first step", {}).setdefault(name, []).append(result)
+                print(f"warm start | {name} | repeat {repeat}: peak {result['peak_gib']:.2f} GiB, "
+                      f"{result['seconds']:.0f} s", flush=True)
     if "recipe" in args.parts:
         for recipe in args.recipes:
             for name, setting in RECIPE_SETTINGS.items():
@@ -175,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{recipe}.sh | {name} | repeat {repeat}: peak {result['peak_gib']:.2f} GiB, "
                           f"{result['seconds']:.0f} s", flush=True)
     for part, results in runs.items():
-        settings = STEP_SETTINGS if part.startswith("step") else {"short": RECIPE_SHORT, "settings": RECIPE_SETTINGS}
+        settings = (STEP_SETTINGS if part.startswith("step") else WARM_SETTINGS if part.startswith("warm") else
+                    {"short": RECIPE_SHORT, "settings": RECIPE_SETTINGS})
         record["parts"][part] = {"machine": {**machine, "load_after": os.getloadavg()}, "settings": settings,
                                  "results": results}
     record_file.write_text(json.dumps(record, indent=1))

@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct: TEMPO (TD critic, calibrated audits), multi-turn GRPO and Temporal GRPO at
 an equal budget of environment steps, from one shared warm start (issue 39's comparison).
 
-    .venv/bin/python bench/smollm2.py [--vaults 2] [--seeds 0 1 2] [--env-steps 2400] [--eval-games 128]
+    .venv/bin/python bench/smollm2.py [--vaults 1] [--seeds 0 1 2] [--env-steps 2400] [--eval-games 128]
                                       [--methods ...] [--mc-games 16 --mc-samples 16] [--out bench/results/smollm2]
 
 Every run is ``scripts/smollm2-135m/common.sh``'s recipe (its ``SMOLLM2_ARGS``: the warm start, LoRA,
@@ -110,7 +110,7 @@ def table(summary: dict, args: argparse.Namespace) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vaults", type=int, default=2)
+    parser.add_argument("--vaults", type=int, default=1)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--env-steps", type=int, default=2400)
     parser.add_argument("--eval-games", type=int, default=128)
