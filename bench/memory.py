@@ -82,11 +82,11 @@ def step_worker(setting: list[str]) -> dict:
     from tempo_plugin.embedded.run_folder import policy_trainer
     from tempo_plugin.rollout.samples import ACTOR, make_sample
 
-    import tempo_plugin.embedded.trainer as trainer_module
+    import tempo_plugin.logprobs as logprobs_module
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if ONE_PIECE in setting:
-        trainer_module.LOGIT_CHUNK_ELEMENTS = 2**62
+        logprobs_module.LOGIT_CHUNK_ELEMENTS = 2**62
     cfg = parse_config(["--model", "smollm2-135m", "--lora-rank", "32", *[f for f in setting if f != ONE_PIECE]])
     model, tokenizer = load_pretrained(cfg.model, torch.device("cpu"), cfg.cache_dir)
     model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=cfg.model)

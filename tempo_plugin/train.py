@@ -1,6 +1,6 @@
 """The embedded runtime's command line: ``python -m tempo_plugin.train [--flags]``.
 
-``--advantage-estimator`` picks the loop (``method.estimators``): TEMPO, multi-turn GRPO and
+``--advantage-estimator`` picks the loop (``estimators``): TEMPO, multi-turn GRPO and
 Temporal GRPO play an environment (``embedded/multi_turn.py``); PPO, TPPO and GRPO with ``--task``
 answer a single-turn task (``embedded/single_turn.py``). ``--help`` lists every setting.
 """

@@ -299,7 +299,7 @@ def main(case_path: str, out_path: str) -> None:
     info["slime_mpu_is_parallel_state"] = info["slime_mpu"] == "megatron.core.parallel_state"
     info["slime_mpu_is_ours"] = loss_mod.mpu is mpu
 
-    from tempo_plugin.embedded.value_model import value_model_from_policy
+    from tempo_plugin.critic.value_model import value_model_from_policy
     from tempo_plugin.tiny.model import build_tiny_model
 
     case = torch.load(case_path)

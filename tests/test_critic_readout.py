@@ -201,7 +201,7 @@ def test_the_value_loss_adds_its_gradient_to_the_policy_loss(tiny_model, tokeniz
     the gradient norm strictly between 0 and 1."""
     import copy
 
-    from tempo_plugin.embedded.trainer import token_logprobs
+    from tempo_plugin.logprobs import token_logprobs
     from tempo_plugin.rollout.samples import ACTOR
 
     prompt = tokenizer.encode("Task: open the vault", add_special_tokens=False)

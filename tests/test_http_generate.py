@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import token_logprobs
+from tempo_plugin.logprobs import token_logprobs
 from tempo_plugin.samplers.sglang_http import HTTPSampler
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.envs import make

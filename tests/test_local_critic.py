@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tempo_plugin.algorithms.tppo import reconstruct_values, value_bce_loss
-from tempo_plugin.embedded.value_model import ValueModel, token_increments, value_model_from_policy
+from tempo_plugin.critic.value_model import ValueModel, token_increments, value_model_from_policy
 
 
 def test_zero_init_values_every_prefix_at_one_half(tiny_model):

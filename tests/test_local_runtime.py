@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import PolicyTrainer, collate, token_logprobs
+from tempo_plugin.embedded.trainer import PolicyTrainer
+from tempo_plugin.logprobs import token_logprobs
+from tempo_plugin.rollout.batches import collate
 from tempo_plugin.rollout.sampler import Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, make_sample
 
@@ -94,7 +96,7 @@ def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_mo
 
 
 def test_token_logprobs_from_a_first_column_match_the_full_computation(tiny_model):
-    from tempo_plugin.embedded.trainer import first_loss_column
+    from tempo_plugin.rollout.batches import first_loss_column
 
     torch.manual_seed(1)
     ids = torch.randint(5, 200, (2, 12))
@@ -132,7 +134,7 @@ def test_identical_prompts_are_prefilled_once_and_share_an_equal_cache(tiny_mode
 
 
 def test_shared_prefix_length_counts_columns_every_row_holds_with_the_same_token():
-    from tempo_plugin.embedded.trainer import shared_prefix_length
+    from tempo_plugin.logprobs import shared_prefix_length
 
     ids = torch.tensor([[1, 2, 3, 4], [1, 2, 5, 0]])
     assert shared_prefix_length(ids, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])) == 2
@@ -197,7 +199,7 @@ def _sample(tokens, first_trained):
 
 
 def test_micro_batches_keep_samples_with_one_prompt_together_and_sort_the_rest_by_length():
-    from tempo_plugin.embedded.trainer import micro_batches
+    from tempo_plugin.rollout.batches import micro_batches
 
     a1, a2 = _sample([1, 2, 3, 7, 8], 3), _sample([1, 2, 3, 9], 3)  # prompt [1, 2, 3]
     b, c = _sample([1, 2, 4, 5, 6, 7], 3), _sample([5, 6], 1)  # prompts of their own
@@ -285,7 +287,7 @@ def test_logits_in_checkpointed_chunks_give_the_models_own_logprobs_and_gradient
     logits (``logits_to_keep``, one piece): the same log-probs and gradients."""
     import copy
 
-    import tempo_plugin.embedded.trainer as trainer
+    import tempo_plugin.logprobs as logprobs_module
 
     torch.manual_seed(5)
     prefix = torch.randint(5, 200, (6,))
@@ -295,9 +297,9 @@ def test_logits_in_checkpointed_chunks_give_the_models_own_logprobs_and_gradient
     for chunk_elements in (3 * 3 * len(tiny_model.get_output_embeddings().weight), None):
         model = copy.deepcopy(tiny_model)
         if chunk_elements is None:  # the model's own logits: no split into decoder and output layer
-            monkeypatch.setattr(trainer, "split_head", lambda m: (m, None))
+            monkeypatch.setattr(logprobs_module, "split_head", lambda m: (m, None))
         else:
-            monkeypatch.setattr(trainer, "LOGIT_CHUNK_ELEMENTS", chunk_elements)
+            monkeypatch.setattr(logprobs_module, "LOGIT_CHUNK_ELEMENTS", chunk_elements)
         logprobs = token_logprobs(model, ids, torch.ones_like(ids), 0.7, first=5)
         (logprobs * torch.linspace(-1, 1, ids.shape[1])).sum().backward()
         results.append((logprobs.detach(), [p.grad for p in model.parameters()]))
@@ -312,7 +314,7 @@ def test_logits_in_checkpointed_chunks_give_the_models_own_logprobs_and_gradient
 def test_a_model_that_scales_its_logits_keeps_its_own_logits(tiny_model):
     import copy
 
-    from tempo_plugin.embedded.trainer import split_head
+    from tempo_plugin.logprobs import split_head
 
     decoder, head = split_head(tiny_model)
     assert decoder is tiny_model.get_decoder() and head is tiny_model.get_output_embeddings()
@@ -347,7 +349,8 @@ def test_a_checkpointed_model_runs_every_row_in_full_under_gradients(tiny_model)
     records gradients (and still does without them); the log-probs are the same."""
     import copy
 
-    from tempo_plugin.embedded.trainer import checkpointed, set_activation_checkpointing
+    from tempo_plugin.embedded.model import set_activation_checkpointing
+    from tempo_plugin.logprobs import checkpointed
 
     model = copy.deepcopy(tiny_model)
     torch.manual_seed(9)

@@ -21,7 +21,8 @@ import yaml
 from tempo_plugin.embedded.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, apply_lora, save_model
 from tempo_plugin.embedded.model import load_adapted, load_pretrained
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import PolicyTrainer, cache_argument, token_logprobs
+from tempo_plugin.embedded.trainer import PolicyTrainer
+from tempo_plugin.logprobs import cache_argument, token_logprobs
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.rollout.sampler import Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, TrainSample
@@ -274,7 +275,7 @@ def test_lora_run_checkpoints_adapters_and_resumes(tmp_path, monkeypatch, capsys
 
 def test_single_turn_lora_run_saves_adapters_and_a_full_critic(tmp_path, tiny_model, tokenizer, one_thread):
     from tempo_plugin import train
-    from tempo_plugin.embedded.value_model import load_value_model
+    from tempo_plugin.critic.value_model import load_value_model
 
     model_dir = tmp_path / "hf-model"
     tiny_model.save_pretrained(model_dir)

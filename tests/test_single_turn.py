@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tempo_plugin.algorithms.tppo import value_bce_loss
-from tempo_plugin.embedded.value_model import value_model_from_policy
+from tempo_plugin.critic.value_model import value_model_from_policy
 from tempo_plugin.config import TempoConfig, parse_config
 from tempo_plugin.embedded.single_turn import (
     Response,

@@ -81,7 +81,7 @@ def _offset(k: int) -> float:
 
 
 def _current_logprobs(model, tokens: list[int]) -> list[float]:
-    from tempo_plugin.embedded.trainer import token_logprobs
+    from tempo_plugin.logprobs import token_logprobs
 
     ids = torch.tensor([tokens])
     with torch.no_grad():
@@ -150,7 +150,7 @@ def response_mask_sum(sample: dict) -> float:
 
 @pytest.fixture(scope="module")
 def setup(tokenizer, protocol, tmp_path_factory):
-    from tempo_plugin.embedded.value_model import value_model_from_policy
+    from tempo_plugin.critic.value_model import value_model_from_policy
     from tempo_plugin.tiny.model import build_tiny_model
 
     threads = torch.get_num_threads()
@@ -409,7 +409,7 @@ def test_tppo_value_loss_through_slimes_dispatcher(setup):
     gives returns = R; slime's loss_function (value_loss) = mean over samples of TPPO's BCE of
     z_t = cumsum(m f), V = sigmoid(z), against R: by hand, by value_bce_loss, and in the gradients of
     the logits (by hand) and of the critic's parameters (our autograd on the local ValueModel)."""
-    from tempo_plugin.embedded.value_model import token_increments
+    from tempo_plugin.critic.value_model import token_increments
 
     res, samples, critic = setup["out"]["critic"], setup["critic_samples"], setup["critic"]
     n = len(samples)

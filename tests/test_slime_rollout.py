@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import token_logprobs
+from tempo_plugin.logprobs import token_logprobs
 from tempo_plugin.slime import settings
 from tempo_plugin.slime.data_source import TempoDataSource, state_path
 from tempo_plugin.slime.reward import post_process

@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> dict:
         position_label = "round index"
         mode = {"mode": "agent", "env": cfg.env, "every_rounds": every}
     else:
-        from tempo_plugin.embedded.value_model import critic_estimator, load_value_model
+        from tempo_plugin.critic.value_model import critic_estimator, load_value_model
         from tempo_plugin.embedded.single_turn import EVAL_SEED, make_task, sample_responses
 
         from analysis.mc_critic.critics import ScalarCritic

@@ -55,7 +55,7 @@ class GenerativeCritic:
 @dataclass
 class ScalarCritic:
     name: str
-    model: Any  # embedded.value_model.ValueModel
+    model: Any  # critic.value_model.ValueModel
     estimator: str  # tppo or ppo
     pad_id: int
     identity: str

@@ -205,7 +205,8 @@ def cmd_sampler(a: argparse.Namespace) -> int:
 
         from tempo_plugin.embedded.model import load_pretrained
         from tempo_plugin.samplers.local import LocalSampler
-        from tempo_plugin.embedded.trainer import pad_rows, token_logprobs
+        from tempo_plugin.logprobs import token_logprobs
+        from tempo_plugin.rollout.batches import pad_rows
         from tempo_plugin.samplers.sglang_http import HTTPSampler
         from tempo_plugin.envs import make
         from tempo_plugin.rollout.engine import fresh_state

@@ -162,6 +162,19 @@ WARM_START_KEY_ROOMS = 64  # key-room decisions per step, as the tiny bootstrap:
 WARM_START_CRITIC = 4  # critic demonstrations per step (the tiny bootstrap: 12)
 
 
+def set_activation_checkpointing(model: Any, on: bool) -> None:
+    """--activation-checkpointing: each layer's activations recomputed in the backward pass, not kept.
+    Non-reentrant, so that frozen embeddings' outputs need no requires_grad; transformers 5 names
+    it activation_checkpointing_enable, 4.x gradient_checkpointing_enable."""
+    if not on:
+        disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+        disable()
+    elif hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def warm_start_seed(cfg: TempoConfig) -> int:
     """The seed of the warm start: --warm-start-seed, else --seed."""
     return cfg.seed if cfg.warm_start_seed < 0 else cfg.warm_start_seed
@@ -185,7 +198,6 @@ def load_warm_started(cfg: TempoConfig, device: torch.device,
     demonstrations (the tiny model's bootstrap data at a smaller batch), built once and cached.
     The token embeddings stay fixed: the demonstrations use a handful of tokens, and Adam would
     move the rest of a pretrained vocabulary for nothing."""
-    from tempo_plugin.embedded.trainer import set_activation_checkpointing
     from tempo_plugin.tiny.bootstrap import supervised_bootstrap
     from tempo_plugin.tiny.env_bootstrap import env_bootstrap
     from tempo_plugin.envs import env_factory

@@ -22,8 +22,8 @@ import yaml
 
 from tempo_plugin.embedded.checkpoint_integrity import checkpoint_damage
 from tempo_plugin.embedded.lora import is_adapter_dir, save_model
-from tempo_plugin.embedded.model import load_adapted, load_policy, load_pretrained
-from tempo_plugin.embedded.trainer import PolicyTrainer, set_activation_checkpointing
+from tempo_plugin.embedded.model import load_adapted, load_policy, load_pretrained, set_activation_checkpointing
+from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag
 from tempo_plugin.algorithms.tempo import Calibration
 from tempo_plugin.method.tempo import AuditWindow

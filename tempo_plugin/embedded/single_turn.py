@@ -10,11 +10,11 @@ each scored R in {0, 1} by the task's verifier. Advantages per --advantage-estim
            critic loss = BCE-with-logits(z_t, R), per-sample token mean
 
 The actor takes one clipped policy-gradient step on A (slime's surrogate, ``PolicyTrainer``). For
-PPO and TPPO the critic is a separate model (``embedded/value_model.py``) with its own optimiser,
+PPO and TPPO the critic is a separate model (``critic/value_model.py``) with its own optimiser,
 and the first --warmup-updates train the critic only.
 
 Writes policy/ (the actor; with --lora-rank its adapters only) and, for PPO/TPPO, critic/ (``critic.safetensors`` + ``critic.json``,
-``embedded/value_model.save_value_model``) to --out.
+``critic/value_model.save_value_model``) to --out.
 
 Metrics per update: rollout/accuracy; critic/explained_variance = 1 - Var(R - V_t) / Var(R) over all
 response tokens (the values before the update, against the terminal reward); critic/value_mean;
@@ -32,11 +32,11 @@ import torch
 
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
-from tempo_plugin.embedded.value_model import ValueModel, save_value_model, token_increments, value_model_from_policy
+from tempo_plugin.critic.value_model import ValueModel, save_value_model, token_increments, value_model_from_policy
 from tempo_plugin.embedded.lora import apply_lora, save_model
 from tempo_plugin.embedded.model import resolve_device
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import chunk_by_token_budget, pad_rows
+from tempo_plugin.rollout.batches import chunk_by_token_budget, pad_rows
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     load_policy_with_progress,
@@ -46,7 +46,7 @@ from tempo_plugin.embedded.run_folder import (
     seed_everything,
     write_summary,
 )
-from tempo_plugin.method.estimators import ESTIMATORS, VALUE_MODEL
+from tempo_plugin.estimators import ESTIMATORS, LOGIT_SUM, VALUE_MODEL
 from tempo_plugin.metrics import format_table, summary_rows
 from tempo_plugin.rollout.games import sampling_seed, sub_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
@@ -112,7 +112,7 @@ def critic_outputs(critic: ValueModel, responses: Sequence[Response], pad_id: in
 
 
 def values_from_outputs(estimator: str, outputs: torch.Tensor) -> torch.Tensor:
-    return reconstruct_values(outputs) if estimator == "tppo" else outputs
+    return reconstruct_values(outputs) if ESTIMATORS[estimator].value_readout == LOGIT_SUM else outputs
 
 
 def terminal_rewards(response: Response, like: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,7 @@ def terminal_rewards(response: Response, like: torch.Tensor) -> torch.Tensor:
 
 def critic_loss(estimator: str, outputs: Sequence[torch.Tensor], responses: Sequence[Response],
                 returns: Sequence[torch.Tensor]) -> torch.Tensor:
-    if estimator == "tppo":
+    if ESTIMATORS[estimator].value_readout == LOGIT_SUM:
         losses = [value_bce_loss(f, r.reward) for f, r in zip(outputs, responses)]
     else:
         losses = [0.5 * ((f - ret) ** 2).mean() for f, ret in zip(outputs, returns)]
@@ -252,7 +252,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                                  tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs)
             metrics["critic/explained_variance"] = explained_variance(values, responses)
             metrics["critic/value_mean"] = torch.cat(values).mean().item()
-            metrics["critic/bce" if cfg.advantage_estimator == "tppo" else "critic/mse"] = loss
+            metrics["critic/bce" if ESTIMATORS[cfg.advantage_estimator].value_readout == LOGIT_SUM else "critic/mse"] = loss
         flat = torch.cat(advantages)
         metrics["actor/adv_mean"] = flat.mean().item()
         metrics["actor/adv_abs_mean"] = flat.abs().mean().item()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tempo_plugin.method.estimators import ESTIMATORS, GENERATIVE
+from tempo_plugin.estimators import ESTIMATORS, GENERATIVE
 from tempo_plugin.method.play import UpdateBatch
 from tempo_plugin.method.rollout import TempoRollout
 from tempo_plugin.method.tempo import start_states
@@ -40,4 +40,4 @@ def run_update(rollout: TempoRollout, phase_name: str, update: int, next_game: C
     if phase_name == TD:
         return rollout.td_update(update, start_states(store, cfg), next_game)
     games = [next_game() for _ in range(cfg.states_per_batch)]
-    return rollout.stage_update(update, games) if phase_name == "temporal_grpo" else rollout.episode_update(update, games)
+    return rollout.stage_update(update, games) if ESTIMATORS[phase_name].stages else rollout.episode_update(update, games)

@@ -21,7 +21,9 @@ from typing import Any, Sequence
 
 import torch
 
-from tempo_plugin.embedded.trainer import cache_argument, chunk_by_token_budget, pad_rows, token_logprobs
+from tempo_plugin.logprobs import cache_argument, token_logprobs
+
+from tempo_plugin.rollout.batches import chunk_by_token_budget, pad_rows
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 

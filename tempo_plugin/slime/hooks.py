@@ -7,14 +7,14 @@ is inside a function).
 
 from __future__ import annotations
 
-from tempo_plugin.method.estimators import ESTIMATORS
+from tempo_plugin.estimators import ESTIMATORS
 
 PACKAGE = "tempo_plugin.slime"
 
 ROLLOUT_FUNCTIONS: dict[str, str] = {
     name: f"{PACKAGE}.rollout.{e.slime_rollout}" for name, e in ESTIMATORS.items() if e.slime_rollout
 }
-"""--rollout-function-path, per estimator (``method.estimators``)."""
+"""--rollout-function-path, per estimator (``estimators``)."""
 
 HOOKS: dict[str, tuple[str, ...]] = {
     "--rollout-function-path": tuple(ROLLOUT_FUNCTIONS.values()),

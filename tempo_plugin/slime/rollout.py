@@ -36,6 +36,7 @@ from tempo_plugin.slime.data_source import TempoDataSource
 from tempo_plugin.slime.samples import from_episode, slime_groups
 from tempo_plugin.slime.settings import episode_sample_count, td_sample_count, warmup_sample_count
 from tempo_plugin.config import ConfigError
+from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games
 from tempo_plugin.method.play import UpdateBatch
@@ -94,7 +95,7 @@ def _episode_rollout(estimator: str, rollout_id: int, data_source: Any, evaluati
     rollout = source.rollout()
     batch = run_update(rollout, phase(estimator, 0, rollout_id), rollout_id, source.next_game, source.store)
     return train_output(batch, episode_sample_count(source.cfg), rollout_id, rollout, types,
-                        token_advantages=estimator == "temporal_grpo")
+                        token_advantages=ESTIMATORS[estimator].stages)
 
 
 def train_output(batch: UpdateBatch, count: int, rollout_id: int, rollout: Any, types: SimpleNamespace,

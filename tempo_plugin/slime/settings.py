@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tempo_plugin.config import ConfigError, TempoConfig, flag, read_config_file
-from tempo_plugin.method.estimators import estimator_of_rollout_function
+from tempo_plugin.estimators import ESTIMATORS, GENERATIVE, estimator_of_rollout_function
 
 SLIME_OWNED: dict[str, str] = {
     "states_per_batch": "--rollout-batch-size",
@@ -106,7 +106,7 @@ ONE_VALUE_ON_SLIME: dict[str, tuple[str, str]] = {
 
 def rollout_estimator(rollout_function_path: str) -> str:
     """The estimator a slime run trains, named by its --rollout-function-path
-    (``method.estimators``: generate_rollout is TEMPO); tempo when the path names none of ours."""
+    (``estimators``: generate_rollout is TEMPO); tempo when the path names none of ours."""
     estimator = estimator_of_rollout_function(rollout_function_path or "")
     return estimator.name if estimator else "tempo"
 
@@ -159,7 +159,7 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         for name, slime_flag in SLIME_OWNED.items():
             message = message.replace(flag(name), slime_flag)
         raise ConfigError(message) from None
-    if rollout_estimator(str(getattr(args, "rollout_function_path", "") or "")) == "temporal_grpo":
+    if ESTIMATORS[rollout_estimator(str(getattr(args, "rollout_function_path", "") or ""))].stages:
         _check_milestones(cfg, source)
     if cfg.policy_loss == "importance_sampling":
         _check_reference_loss(args, source)
@@ -208,12 +208,10 @@ def episode_sample_count(cfg: TempoConfig) -> int:
 
 def sample_counts(cfg: TempoConfig, rollout_function_path: str) -> dict[str, int]:
     """Samples per rollout of each phase the configured rollout function runs."""
-    estimator = rollout_estimator(rollout_function_path)
-    if estimator == "temporal_grpo":
-        return {"Temporal GRPO episode": episode_sample_count(cfg)}
-    if estimator == "grpo":
-        return {"GRPO episode": episode_sample_count(cfg)}
-    return {"warm-up": warmup_sample_count(cfg), "TD": td_sample_count(cfg)}
+    estimator = ESTIMATORS[rollout_estimator(rollout_function_path)]
+    if estimator.critic == GENERATIVE:
+        return {"warm-up": warmup_sample_count(cfg), "TD": td_sample_count(cfg)}
+    return {f"{estimator.label} episode": episode_sample_count(cfg)}
 
 
 def check_global_batch_size(global_batch_size: int | None, counts: dict[str, int]) -> None:

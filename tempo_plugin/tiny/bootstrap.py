@@ -35,7 +35,8 @@ from tempo_plugin.critic import CRITIC_SYSTEM_PROMPT, critic_messages, format_va
 from tempo_plugin.envs import make
 from tempo_plugin.envs.base import Env
 from tempo_plugin.envs.vault import PALETTE, TAKE_PREFIX
-from tempo_plugin.embedded.trainer import chunk_by_token_budget, collate, first_loss_column, token_logprobs
+from tempo_plugin.logprobs import token_logprobs
+from tempo_plugin.rollout.batches import chunk_by_token_budget, collate, first_loss_column
 from tempo_plugin.rollout.protocol import ACTOR_SYSTEM_PROMPT, ChatProtocol, format_action
 from tempo_plugin.rollout.samples import ACTOR, make_sample
 

@@ -25,6 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tempo_plugin.estimators import ESTIMATORS as REGISTRY
+from tempo_plugin.estimators import VALUE_MODEL
+
 HEAD_INITS = ("zero", "small")
 
 
@@ -64,7 +67,7 @@ def token_increments(critic: ValueModel, input_ids: torch.Tensor, attention: tor
 
 CRITIC_WEIGHTS = "critic.safetensors"
 CRITIC_META = "critic.json"
-ESTIMATORS = ("tppo", "ppo")
+ESTIMATORS = tuple(name for name, e in REGISTRY.items() if e.critic == VALUE_MODEL)  # the estimators with a value model
 
 
 def save_value_model(critic: ValueModel, directory: str | Path, estimator: str) -> Path:

@@ -1,0 +1,50 @@
+"""The advantage estimators: one registry that the config, both drivers and the slime hooks read.
+
+Each estimator says where it plays (an environment, ``--env``, or a single-turn task, ``--task``),
+what it plays there (macro-steps from saved states, or complete episodes, scored by the
+environment's milestones or not), which critic it trains and how that critic reads a value, and
+which slime rollout function runs it. ``method/schedule.py`` turns an update number into the phase
+an estimator runs there. Code asks the entry, never the name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GENERATIVE = "generative"  # the policy itself, prompted as a critic (TEMPO)
+VALUE_MODEL = "value model"  # a separate scalar critic (PPO, TPPO; critic/value_model.py)
+NO_CRITIC = "none"
+LOGIT_SUM = "logit sum"  # V = sigmoid of the running sum of per-token logit increments, BCE-trained (TPPO)
+DIRECT = "direct"  # V is the head's output, trained by squared error (PPO)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    name: str
+    on_env: bool  # plays episodes of --env
+    on_task: bool  # answers a single-turn --task (grpo does both: a task when one is given)
+    critic: str  # GENERATIVE, VALUE_MODEL or NO_CRITIC
+    slime_rollout: str | None  # its rollout function in tempo_plugin.slime.rollout (None: single-turn)
+    label: str  # how tables and messages name it
+    stages: bool = False  # its advantages come from the environment's milestones (needs an env that has them)
+    value_readout: str | None = None  # VALUE_MODEL: LOGIT_SUM or DIRECT
+
+
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
+    Estimator("tempo", on_env=True, on_task=False, critic=GENERATIVE, slime_rollout="generate_rollout", label="TEMPO"),
+    Estimator("grpo", on_env=True, on_task=True, critic=NO_CRITIC, slime_rollout="generate_grpo_rollout",
+              label="GRPO"),
+    Estimator("temporal_grpo", on_env=True, on_task=False, critic=NO_CRITIC,
+              slime_rollout="generate_temporal_grpo_rollout", label="Temporal GRPO", stages=True),
+    Estimator("ppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="PPO",
+              value_readout=DIRECT),
+    Estimator("tppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="TPPO",
+              value_readout=LOGIT_SUM),
+)}
+"""--advantage-estimator -> what it is."""
+
+
+def estimator_of_rollout_function(path: str) -> Estimator | None:
+    """The estimator whose slime rollout function ``path`` (a dotted path) names; None if none does."""
+    name = path.rsplit(".", 1)[-1]
+    return next((e for e in ESTIMATORS.values() if e.slime_rollout == name), None)
