@@ -59,6 +59,14 @@ def checkpointed(model: Any) -> bool:
     return any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
+def shareable_prefix(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, first: int) -> int:
+    """``prefix_run_once``, or 0 under gradients through checkpointed layers: they write no
+    key/value cache, so no prefix can be shared."""
+    if torch.is_grad_enabled() and checkpointed(model):
+        return 0
+    return prefix_run_once(input_ids, attention, first)
+
+
 SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose logits are more than their output layer of the last hidden state."""
 LOGIT_CHUNK_ELEMENTS = 2**24
@@ -116,8 +124,8 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
     has it already."""
     first = max(1, min(first, input_ids.shape[1]))
     keep = input_ids.shape[1] - first + 1
-    if shared is None:  # a checkpointed layer writes no key/value cache: no prefix can be shared
-        shared = 0 if torch.is_grad_enabled() and checkpointed(model) else prefix_run_once(input_ids, attention, first)
+    if shared is None:
+        shared = shareable_prefix(model, input_ids, attention, first)
     decoder, head = split_head(model)
     to_keep = {} if head is not None else {"logits_to_keep": keep}
     if shared > 0:

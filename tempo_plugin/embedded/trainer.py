@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss, value_cross_entropy
-from tempo_plugin.logprobs import prefix_run_once, token_logprobs
+from tempo_plugin.logprobs import shareable_prefix, token_logprobs
 from tempo_plugin.rollout.batches import collate, first_loss_column, micro_batches
 from tempo_plugin.rollout.samples import VALUE, TrainSample
 
@@ -41,7 +41,6 @@ class PolicyTrainer:
     grad_clip: float = 1.0
     tokens_per_micro_batch: int = 16384
     policy_loss: str = "ppo"  # or importance_sampling: unclipped, summed over tokens (config.py)
-    share_prefix: bool = True  # run a micro-batch's common prefix once (not with checkpointed layers: they cache nothing)
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -58,7 +57,7 @@ class PolicyTrainer:
         for batch in micro_batches(samples, self.tokens_per_micro_batch):
             tensors = collate(batch, self.pad_id, device)
             first = first_loss_column(tensors["loss_mask"])
-            shared = prefix_run_once(tensors["input_ids"], tensors["attention"], first) if self.share_prefix else 0
+            shared = shareable_prefix(self.model, tensors["input_ids"], tensors["attention"], first)
             logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
                                       shared)
             model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
