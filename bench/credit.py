@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from tempo_plugin.metrics import ENV_STEPS, SUCCESS_RATE, mean_std, read_metrics  # noqa: E402
 from tempo_plugin.embedded.model import TINY_VERSION  # noqa: E402
-from tempo_plugin.config import parse_config  # noqa: E402
+from tempo_plugin.config import TempoConfig, parse_config  # noqa: E402
 
 REFRESH_CRITIC = ["--audit-weight", "0", "--mc-refresh-every", "4"]
 """TEMPO's critic as it was the default until audits replaced it (2026-12-06): TD targets, a
@@ -91,9 +91,41 @@ def record_key(out: Path, key: dict) -> None:
 
 
 def reusable(out: Path, key: dict) -> bool:
-    """A finished run (``summary.json``) whose recorded key equals ``key``."""
+    """A finished run (``summary.json``) whose recorded key equals ``key``. A setting the recorded
+    key lacks was added after the run, which then ran as its default does: it matches the default."""
     key_file = out / RUN_KEY_FILE
-    return (out / "summary.json").is_file() and key_file.is_file() and json.loads(key_file.read_text()) == key
+    if not ((out / "summary.json").is_file() and key_file.is_file()):
+        return False
+    recorded = json.loads(key_file.read_text())
+    defaults = TempoConfig().to_dict()
+    settings = {name: value for name, value in key["settings"].items()
+                if name in recorded.get("settings", {}) or value != defaults.get(name)}
+    return recorded == {**key, "settings": settings}
+
+
+REUSED_FILES = ("metrics.jsonl", "summary.json", "config.yaml", "critic_values.jsonl", RUN_KEY_FILE)
+"""What the benchmarks read of a finished run (its Monte-Carlo measurement, mc_critic/, too)."""
+
+
+def reuse_from(source: Path, out: Path, trainer_args: Sequence[str]) -> bool:
+    """Copy a finished run made with ``trainer_args`` from ``source`` into ``out`` (its results, not
+    its checkpoints), unless ``out`` has it already; False if ``source`` holds no such run."""
+    key = run_key(trainer_args)
+    if reusable(out, key):
+        return True
+    if not reusable(source, key):
+        return False
+    import shutil
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in REUSED_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, out / name)
+    if (source / "mc_critic").is_dir():
+        shutil.copytree(source / "mc_critic", out / "mc_critic")
+    return True
 
 
 def run_trainer(label: str, out: Path, trainer_args: list[str], threads: int) -> Path:

@@ -45,9 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from credit import REFRESH_CRITIC, build_bootstrap, eval_points, run_slug, run_trainer, steps_to_reach  # noqa: E402
+from credit import REFRESH_CRITIC, build_bootstrap, eval_points, reuse_from, run_slug, run_trainer, steps_to_reach  # noqa: E402
 
 from tempo_plugin.envs.chain import ROUNDS_PER_VAULT  # noqa: E402
+from tempo_plugin.estimators import ESTIMATORS, GENERATIVE  # noqa: E402
 from tempo_plugin.metrics import MC_REFRESH, read_metrics  # noqa: E402
 
 WARMUP = ["--warmup-updates", "2"]
@@ -84,6 +85,8 @@ METHODS: dict[str, list[str]] = {
                                          "--critic-learning-rate", "3e-4"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
+    "FlashREINFORCE": ["--advantage-estimator", "flash_reinforce"],
+    "CoPE": ["--advantage-estimator", "cope"],
 }
 """Method -> its trainer arguments (defaults otherwise)."""
 BASELINE = "GRPO (multi-turn)"
@@ -112,6 +115,10 @@ def trainer_args(method: str, vaults: int, seed: int, args: argparse.Namespace) 
             "--eval-every", str(eval_every(method, vaults, budget)), *args.extra]
 
 
+TRAINING_PHASES = ("td", *(e.name for e in ESTIMATORS.values() if e.critic != GENERATIVE))
+"""Updates that train the actor: TEMPO's TD updates, and every update of an episode estimator."""
+
+
 def run_folder(out: Path, method: str, vaults: int, seed: int) -> Path:
     return out / f"v{vaults}" / f"{run_slug(method)}-seed{seed}"
 
@@ -124,7 +131,7 @@ def hollow_checks(run: Path) -> dict[str, float]:
     admissible-action share; for TEMPO the last-quarter critic correlation with its targets and the
     share of environment steps spent in critic-only updates (warm-up, refreshes)."""
     records = read_metrics(run / "metrics.jsonl")
-    training = [r for r in records if r.get("phase") in ("td", "grpo", "temporal_grpo")]  # updates that train the actor
+    training = [r for r in records if r.get("phase") in TRAINING_PHASES]
     critic_only = [r for r in records if r.get("phase") in ("warmup", MC_REFRESH)]
     actor = [r["train/actor_samples"] for r in training if "train/actor_samples" in r]
     steps = sum(r.get("rollout/rounds", 0.0) for r in training + critic_only)
@@ -337,6 +344,8 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/horizon")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each with cores/jobs torch threads")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the table and plots from finished runs")
+    parser.add_argument("--reuse", type=Path, help="a benchmark folder (--out of an earlier study) whose finished runs "
+                                                   "with the same settings are copied in (their results) rather than rerun")
     parser.add_argument("--calibrate", action="store_true",
                         help="also measure each finished TEMPO run's critic against Monte Carlo (analysis/mc_critic)")
     parser.add_argument("extra", nargs="*", help="more trainer arguments for every run (after --)")
@@ -353,7 +362,11 @@ def main() -> None:
                 build_bootstrap(seed, ["--max-episode-steps", str(BOOTSTRAP_T)], {**os.environ, "OMP_NUM_THREADS": str(threads)})
             folder = run_folder(out, method, vaults, seed)
             folder.parent.mkdir(parents=True, exist_ok=True)
-            return run_trainer(f"V={vaults} {method} seed {seed}", folder, trainer_args(method, vaults, seed, args), threads)
+            arguments = trainer_args(method, vaults, seed, args)
+            if args.reuse and reuse_from(run_folder(args.reuse, method, vaults, seed), folder, arguments):
+                print(f"V={vaults} {method} seed {seed}: reusing {run_folder(args.reuse, method, vaults, seed)}", flush=True)
+                return folder
+            return run_trainer(f"V={vaults} {method} seed {seed}", folder, arguments, threads)
 
         jobs = [(m, v, s) for s in args.seeds for v in args.vaults for m in args.methods]  # whole seeds first
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:

@@ -132,8 +132,15 @@ class TempoConfig:
     advantage_estimator: str = field(default="tempo", metadata={
         "help": "tempo (multi-turn, --env); grpo (multi-turn on --env: N complete episodes per game, "
                 "or single-turn when --task is given); temporal_grpo (multi-turn on --env, group-relative "
-                "advantages per stage of the environment's milestones); ppo, tppo (single-turn, --task)",
+                "advantages per stage of the environment's milestones); flash_reinforce (multi-turn: batch-centred "
+                "returns, the Bernoulli-KL trajectory gate); cope (multi-turn GRPO plus forecasting the successful "
+                "episodes' actions); ppo, tppo (single-turn, --task)",
         "choices": tuple(ESTIMATORS)})
+    trajectory_kl_gate: float = field(default=0.01, metadata={
+        "help": "FlashREINFORCE: train an episode only while the mean Bernoulli KL between the sampler's and the "
+                "current policy's probabilities of its sampled tokens is at most this delta"})
+    forecast_weight: float = field(default=0.1, metadata={
+        "help": "CoPE: eta, the weight of the action-forecasting loss on each game's successful episodes"})
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
     critic_learning_rate: float = field(default=1e-4, metadata={
@@ -330,6 +337,10 @@ class TempoConfig:
         if self.critic_weights == "separate" and ESTIMATORS[self.advantage_estimator].critic != GENERATIVE:
             raise ConfigError(f"--critic-weights separate: {self.advantage_estimator} has no generative critic "
                               "(TEMPO only); remove the flag")
+        if not self.trajectory_kl_gate >= 0:
+            raise ConfigError(f"--trajectory-kl-gate must be >= 0 (got {self.trajectory_kl_gate})")
+        if not self.forecast_weight >= 0:
+            raise ConfigError(f"--forecast-weight must be >= 0 (0: CoPE without its forecasting loss; got {self.forecast_weight})")
         if not self.value_loss_weight > 0:
             raise ConfigError(f"--value-loss-weight must be > 0 (got {self.value_loss_weight})")
         if self.max_assistant_tokens >= self.max_trajectory_tokens:

@@ -10,6 +10,10 @@ an estimator runs there. Code asks the entry, never the name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from tempo_plugin.algorithms.flash_reinforce import batch_centred_advantages
+from tempo_plugin.algorithms.grpo import grpo_advantages
 
 GENERATIVE = "generative"  # the policy itself, prompted as a critic (TEMPO)
 VALUE_MODEL = "value model"  # a separate scalar critic (PPO, TPPO; critic/value_model.py)
@@ -24,18 +28,26 @@ class Estimator:
     on_env: bool  # plays episodes of --env
     on_task: bool  # answers a single-turn --task (grpo does both: a task when one is given)
     critic: str  # GENERATIVE, VALUE_MODEL or NO_CRITIC
-    slime_rollout: str | None  # its rollout function in tempo_plugin.slime.rollout (None: single-turn)
+    slime_rollout: str | None  # its rollout function in tempo_plugin.slime.rollout (None: single-turn, or embedded only)
     label: str  # how tables and messages name it
     stages: bool = False  # its advantages come from the environment's milestones (needs an env that has them)
     value_readout: str | None = None  # VALUE_MODEL: LOGIT_SUM or DIRECT
+    # complete-episode estimators without stages: (episode returns, episodes per game) -> advantages
+    episode_advantages: Callable[[Sequence[float], int], list[float]] | None = None
+    trajectory_gate: bool = False  # its trainer drops episodes whose mean Bernoulli KL exceeds --trajectory-kl-gate
+    forecasts: bool = False  # successful episodes also train as action forecasts (--forecast-weight)
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("tempo", on_env=True, on_task=False, critic=GENERATIVE, slime_rollout="generate_rollout", label="TEMPO"),
     Estimator("grpo", on_env=True, on_task=True, critic=NO_CRITIC, slime_rollout="generate_grpo_rollout",
-              label="GRPO"),
+              label="GRPO", episode_advantages=grpo_advantages),
     Estimator("temporal_grpo", on_env=True, on_task=False, critic=NO_CRITIC,
               slime_rollout="generate_temporal_grpo_rollout", label="Temporal GRPO", stages=True),
+    Estimator("flash_reinforce", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None,
+              label="FlashREINFORCE", episode_advantages=batch_centred_advantages, trajectory_gate=True),
+    Estimator("cope", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="CoPE",
+              episode_advantages=grpo_advantages, forecasts=True),
     Estimator("ppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="PPO",
               value_readout=DIRECT),
     Estimator("tppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="TPPO",

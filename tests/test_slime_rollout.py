@@ -352,9 +352,14 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     with pytest.raises(ConfigError, match="--num-rollout"):
         TempoDataSource(args)
     args.num_rollout = 3
+    # the rollout function names the estimator; multi-turn GRPO has no warm-up: every rollout is an update
+    cfg = TempoDataSource(args).cfg
+    assert (cfg.advantage_estimator, cfg.td_updates, cfg.total_updates) == ("grpo", 3, 3)
+    args.rollout_function_path = "tempo_plugin.slime.rollout.generate_rollout"
     source = TempoDataSource(args)
     # slime's flags fill the slime-owned settings; TD updates are the rollouts after the warm-up
     assert (source.cfg.states_per_batch, source.cfg.branches, source.cfg.td_updates, source.cfg.warmup_updates) == (2, 2, 2, 1)
+    assert source.cfg.advantage_estimator == "tempo"
 
 
 @pytest.mark.parametrize("key, value, says", [

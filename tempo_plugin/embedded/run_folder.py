@@ -25,6 +25,7 @@ from tempo_plugin.embedded.lora import is_adapter_dir, save_model
 from tempo_plugin.embedded.model import load_adapted, load_policy, load_pretrained, set_activation_checkpointing
 from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag
+from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.algorithms.tempo import Calibration
 from tempo_plugin.method.tempo import AuditWindow
 from tempo_plugin.metrics import PLOTTED_METRICS, MetricsLog, plot_curves, summary_dict
@@ -266,8 +267,9 @@ def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: 
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if cfg.activation_checkpointing:
         set_activation_checkpointing(model, True)
+    gate = cfg.trajectory_kl_gate if ESTIMATORS[cfg.advantage_estimator].trajectory_gate else None
     return PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
-                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss)
+                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss, gate)
 
 
 def metrics_logs(cfg: TempoConfig, out: Path, keep_updates_below: int | None = None) -> tuple[MetricsLog, WandbRun | None]:

@@ -10,6 +10,10 @@ state) go into the same micro-batch, and ``token_logprobs`` runs a prefix that e
 shares once, as a key/value cache that each row's remainder attends to. The prefix carries no loss,
 so log-probs and gradients are those of running every row in full; only the work shrinks (a TD
 update of the default tiny run: about 3x fewer tokens through the model).
+
+Cross-entropy rows (the expected critic's ``VALUE`` answers, CoPE's ``FORECAST`` episodes) take
+-sum_t w_t log pi_theta(y_t) in the same forward pass. With ``trajectory_kl_gate`` (FlashREINFORCE)
+a policy-gradient row whose mean Bernoulli KL to the sampler exceeds it leaves the loss.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from typing import Any, Sequence
 
 import torch
 
+from tempo_plugin.algorithms.flash_reinforce import trajectory_gate
 from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss, value_cross_entropy
 from tempo_plugin.logprobs import shareable_prefix, token_logprobs
 from tempo_plugin.rollout.batches import collate, first_loss_column, micro_batches
-from tempo_plugin.rollout.samples import VALUE, TrainSample
+from tempo_plugin.rollout.samples import FORECAST, VALUE, TrainSample
 
 
 def grad_norm_of(grads: Sequence[torch.Tensor]) -> float:
@@ -41,6 +46,7 @@ class PolicyTrainer:
     grad_clip: float = 1.0
     tokens_per_micro_batch: int = 16384
     policy_loss: str = "ppo"  # or importance_sampling: unclipped, summed over tokens (config.py)
+    trajectory_kl_gate: float | None = None  # FlashREINFORCE's delta (algorithms/flash_reinforce.py); None: no gate
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -50,7 +56,8 @@ class PolicyTrainer:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         total = len(samples)
-        loss_sum = clip_sum = kl_sum = logprob_gap = value_loss_sum = 0.0
+        loss_sum = clip_sum = kl_sum = logprob_gap = value_loss_sum = forecast_loss_sum = trajectory_kl_sum = 0.0
+        gated = trajectories = 0
         trained = [p for p in self.model.parameters() if p.requires_grad]
         value_grad_sum = [torch.zeros_like(p) for p in trained] if any(s.role == VALUE for s in samples) else []
         gap_count = model_tokens = 0
@@ -61,10 +68,22 @@ class PolicyTrainer:
             logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
                                       shared)
             model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
-            # value cross-entropy rows (VALUE samples) and policy-gradient rows share the forward pass
-            is_value = tensors["is_value"]
+            # cross-entropy rows (VALUE answers, CoPE's FORECAST episodes) and policy-gradient rows
+            # share the forward pass
+            is_value, is_forecast = tensors["is_value"], tensors["is_forecast"]
             values = int(is_value.sum())
-            policy_mask = tensors["loss_mask"] * (~is_value)[:, None].to(tensors["loss_mask"].dtype)
+            sampled_mask = tensors["loss_mask"] * (~(is_value | is_forecast))[:, None].to(tensors["loss_mask"].dtype)
+            policy_mask, kept = sampled_mask, len(batch) - values - int(is_forecast.sum())
+            if self.trajectory_kl_gate is not None and kept:
+                # FlashREINFORCE: a row whose mean Bernoulli KL exceeds delta leaves the loss but
+                # still counts in the mean over samples, L = (1/B) sum_i m_i l_i
+                keep, kl = trajectory_gate(logprobs, tensors["old_logprobs"], sampled_mask, self.trajectory_kl_gate)
+                rows = sampled_mask.sum(dim=1) > 0
+                trajectory_kl_sum += kl[rows].sum().item()
+                trajectories += int(rows.sum())
+                gated += int((rows & ~keep).sum())
+                policy_mask = sampled_mask * keep[:, None].to(sampled_mask.dtype)
+                kept = int((rows & keep).sum())
             if self.policy_loss == "importance_sampling":
                 out = importance_sampling_loss(logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask)
                 share = 1.0  # a sum over all samples' tokens: micro-batches add up
@@ -73,8 +92,12 @@ class PolicyTrainer:
                     logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask,
                     self.eps_clip, self.eps_clip_high,
                 )
-                share = (len(batch) - values) / total  # a mean over samples
+                share = kept / total  # a mean over samples
             policy_loss = out.loss * share
+            if is_forecast.any():
+                forecast_loss = value_cross_entropy(logprobs, tensors["advantages"], tensors["loss_mask"])[is_forecast].sum() / total
+                forecast_loss_sum += forecast_loss.item()
+                policy_loss = policy_loss + forecast_loss
             loss = policy_loss.detach()
             if values:
                 # the value cross-entropy's gradient kept apart until the step, so that its share of
@@ -88,11 +111,11 @@ class PolicyTrainer:
                 loss = loss + value_loss.detach()
             if len(batch) > values:
                 policy_loss.backward()
-            weight = (len(batch) - values) / total
+            weight = kept / total
             loss_sum += loss.item()
             clip_sum += out.clip_fraction.item() * weight
             kl_sum += out.approx_kl.item() * weight
-            mask = policy_mask > 0  # sampled tokens only: a VALUE answer has no sampler log-prob
+            mask = sampled_mask > 0  # policy-gradient rows only, gated or not
             logprob_gap += (logprobs.detach() - tensors["old_logprobs"]).abs()[mask].sum().item()
             gap_count += int(mask.sum().item())
         value_norm = policy_norm = 0.0
@@ -110,6 +133,11 @@ class PolicyTrainer:
             # |g_value| / (|g_value| + |g_policy|), before clipping: the critic's share of the step
             "train/value_grad_share": value_norm / (value_norm + policy_norm) if value_norm + policy_norm > 0 else 0.0,
             "train/clip_fraction": clip_sum,
+            **({} if self.trajectory_kl_gate is None else {
+                "train/gated_samples": float(gated),  # episodes the trajectory gate left out
+                "train/trajectory_kl": trajectory_kl_sum / max(trajectories, 1),  # their mean D_bar, gated or not
+            }),
+            **({"train/forecast_loss": forecast_loss_sum} if any(s.role == FORECAST for s in samples) else {}),
             "train/approx_kl": kl_sum,
             "train/grad_norm": float(grad_norm),
             "train/sampler_logprob_abs_diff": logprob_gap / max(gap_count, 1),

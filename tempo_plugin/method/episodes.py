@@ -1,8 +1,12 @@
-"""Complete-episode updates without a critic: multi-turn GRPO (the baseline) and Temporal GRPO.
+"""Complete-episode updates without a critic: multi-turn GRPO (the baseline), FlashREINFORCE, CoPE
+and Temporal GRPO.
 
-Episode update (multi-turn GRPO): N complete episodes of each game through the same engine as
-TEMPO; every action of an episode gets the group-relative advantage of its return (less
-``--invalid-action-penalty`` per action the environment did not accept, as in TEMPO's actor).
+Episode update: N complete episodes of each game through the same engine as TEMPO; every action of
+an episode gets one advantage from its return (less ``--invalid-action-penalty`` per action the
+environment did not accept, as in TEMPO's actor), by the estimator's ``episode_advantages``:
+group-relative (multi-turn GRPO, CoPE, ``algorithms.grpo``) or centred on the batch mean
+(FlashREINFORCE, ``algorithms.flash_reinforce``, whose trajectory gate runs in the trainer). CoPE
+adds each game's successful episodes as action forecasts (``algorithms.cope``).
 
 Stage update (Temporal GRPO): the same episodes, each round advantaged against the group on the
 stage of the environment's milestones it worked on (``algorithms.temporal_grpo``).
@@ -13,23 +17,27 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from tempo_plugin.algorithms.grpo import grpo_advantages
+from tempo_plugin.algorithms.cope import forecast_weight
 from tempo_plugin.algorithms.stats import mean
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON
 from tempo_plugin.method.play import Play, UpdateBatch, rollout_metrics
 from tempo_plugin.rollout.engine import ENV_ERROR, Branch
 from tempo_plugin.rollout.games import sampling_seed
-from tempo_plugin.rollout.samples import ACTOR, TrainSample, make_sample
+from tempo_plugin.estimators import ESTIMATORS
+from tempo_plugin.rollout.samples import ACTOR, FORECAST, TrainSample, make_sample
 
 
 class EpisodeUpdates(Play):
-    """The two critic-free updates of complete episodes: multi-turn GRPO and Temporal GRPO."""
+    """The critic-free updates of complete episodes: multi-turn GRPO, FlashREINFORCE, CoPE and Temporal GRPO."""
 
     def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
-        """N = --branches complete episodes of each game; A_i = (R'_i - mean) / (std + eps) over the
-        game's episodes (``algorithms.grpo``), R'_i = R_i - c u_i the episode return less the
-        invalid-action penalty, on every action of episode i."""
+        """N = --branches complete episodes of each game; R'_i = R_i - c u_i the episode return less
+        the invalid-action penalty; A_i = the estimator's episode_advantages(R') on every action of
+        episode i: (R'_i - mean) / (std + eps) over the game's episodes (GRPO, CoPE) or R'_i - the
+        batch's mean (FlashREINFORCE). CoPE: each won episode of game x also trains as a forecast of
+        its own actions, weight w_x = eta N / max(1, |S_x|) per action token (``algorithms.cope``)."""
         cfg = self.cfg
+        estimator = ESTIMATORS[cfg.advantage_estimator]
         tic = time.perf_counter()
         branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches)
         rollout_seconds = time.perf_counter() - tic
@@ -37,16 +45,21 @@ class EpisodeUpdates(Play):
         env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
         branches = [b for b in branches if b.group not in broken]
         returns = [b.segment_reward for b in branches]
-        advantages = grpo_advantages([shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches], cfg.branches)
+        advantages = estimator.episode_advantages([shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches],
+                                                  cfg.branches)
         samples = [
             make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
             for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
         ]
+        actor_samples = len(samples)
+        if estimator.forecasts and cfg.forecast_weight > 0:
+            samples += forecast_samples(branches, cfg.branches, cfg.forecast_weight)
         groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games) - len(broken))]
         metrics = {
             **episode_metrics(branches, env_errors),
             "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
-            "train/actor_samples": float(len(samples)),
+            "train/actor_samples": float(actor_samples),
+            "train/forecast_samples": float(len(samples) - actor_samples),
             "train/critic_samples": 0.0,
             "time/rollout": rollout_seconds,
             "time/critic": 0.0,
@@ -103,6 +116,14 @@ class EpisodeUpdates(Play):
             "time/critic": 0.0,
         }
         return UpdateBatch(samples=samples, metrics=metrics)
+
+def forecast_samples(branches: Sequence[Branch], episodes_per_game: int, eta: float) -> list[TrainSample]:
+    """CoPE's forecasts: every won episode, its action tokens teacher-forced with weight
+    w_x = eta N / max(1, |S_x|) (|S_x| the won episodes of its game) in a cross-entropy sum."""
+    won = {g: sum(b.won for b in branches if b.group == g) for g in {b.group for b in branches}}
+    return [make_sample(b.tokens, b.loss_mask, b.logprobs, forecast_weight(won[b.group], episodes_per_game, eta),
+                        FORECAST, b.group, b.segment_reward) for b in branches if b.won]
+
 
 def shaped_episode_return(branch: Branch, penalty: float) -> float:
     """R'_i = R_i - c u_i: an episode's return less the invalid-action penalty, what multi-turn GRPO

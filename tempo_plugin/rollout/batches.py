@@ -7,7 +7,7 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from tempo_plugin.rollout.samples import VALUE, TrainSample
+from tempo_plugin.rollout.samples import FORECAST, VALUE, TrainSample
 
 T = TypeVar("T")
 
@@ -68,4 +68,5 @@ def collate(samples: Sequence[TrainSample], pad_id: int, device: torch.device) -
         "old_logprobs": pad_rows([s.old_logprobs for s in samples], 0.0, torch.float32, device),
         "advantages": pad_rows([s.advantages for s in samples], 0.0, torch.float32, device),
         "is_value": torch.tensor([s.role == VALUE for s in samples], dtype=torch.bool, device=device),
+        "is_forecast": torch.tensor([s.role == FORECAST for s in samples], dtype=torch.bool, device=device),
     }

@@ -85,6 +85,8 @@ NOT_ON_SLIME: dict[str, str] = {
     "activation_checkpointing": "Megatron recomputes activations by its own flags: set --recompute-granularity and "
                                 "--recompute-method in the slime launch",
     "value_loss_weight": "the value cross-entropy (critic_value: expected) runs on the embedded runtime only",
+    "trajectory_kl_gate": "FlashREINFORCE runs on the embedded runtime only (its gate needs a loss slime's does not have)",
+    "forecast_weight": "CoPE runs on the embedded runtime only (its forecasting loss is no policy gradient)",
 }
 """TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
@@ -151,7 +153,14 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         raise ConfigError(
             f"--rollout-top-p {args.rollout_top_p} is not supported by the tempo_plugin rollout functions; use 1.0"
         )
-    merged = {**values, **_from_slime_args(args, warmup if isinstance(warmup, int) else 0), **dict.fromkeys(EMBEDDED_ONLY, 0)}
+    # the estimator is the rollout function's: an episode estimator has no warm-up, all rollouts are its updates
+    estimator = ESTIMATORS[rollout_estimator(str(getattr(args, "rollout_function_path", "") or ""))]
+    if estimator.critic != GENERATIVE or not isinstance(warmup, int):
+        warmup = 0
+    merged = {**values, **_from_slime_args(args, warmup), **dict.fromkeys(EMBEDDED_ONLY, 0),
+              "advantage_estimator": estimator.name}
+    if estimator.stages:
+        _check_milestones(str(values.get("env", TempoConfig.env)), source)
     try:
         cfg = TempoConfig.from_dict(merged, source=source)
     except ConfigError as error:
@@ -159,8 +168,6 @@ def tempo_config_from_args(args: Any) -> TempoConfig:
         for name, slime_flag in SLIME_OWNED.items():
             message = message.replace(flag(name), slime_flag)
         raise ConfigError(message) from None
-    if ESTIMATORS[rollout_estimator(str(getattr(args, "rollout_function_path", "") or ""))].stages:
-        _check_milestones(cfg, source)
     if cfg.policy_loss == "importance_sampling":
         _check_reference_loss(args, source)
     return cfg
@@ -182,14 +189,14 @@ def _check_reference_loss(args: Any, source: str) -> None:
                           f"clipping, per token: pass {REFERENCE_LOSS_FLAGS}")
 
 
-def _check_milestones(cfg: TempoConfig, source: str) -> None:
+def _check_milestones(env: str, source: str) -> None:
     """Temporal GRPO reads the environment's milestones: refuse an environment without them at start-up."""
-    from tempo_plugin.envs import env_class
+    from tempo_plugin.envs import ENVS, env_class
     from tempo_plugin.envs.base import MILESTONES_HINT, has_stages
 
-    if not has_stages(env_class(cfg.env)):
+    if env in ENVS and not has_stages(env_class(env)):
         raise ConfigError(
-            f"{source}: env {cfg.env!r} reports no milestones (stage_count, stages_completed), which "
+            f"{source}: env {env!r} reports no milestones (stage_count, stages_completed), which "
             f"generate_temporal_grpo_rollout needs: {MILESTONES_HINT}"
         )
 

@@ -1,0 +1,184 @@
+"""FlashREINFORCE and CoPE (the survey's critic-free methods): their pure functions against
+hand-computed cases, their episode updates on the scripted chain, and the trainer's gate and
+forecast rows against losses computed by hand."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from tempo_plugin.algorithms.cope import forecast_weight
+from tempo_plugin.algorithms.flash_reinforce import batch_centred_advantages, bernoulli_kl, trajectory_gate
+from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.embedded.trainer import PolicyTrainer
+from tempo_plugin.envs.chain import VaultChainEnv
+from tempo_plugin.estimators import ESTIMATORS
+from tempo_plugin.logprobs import token_logprobs
+from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.rollout.samples import ACTOR, FORECAST, make_sample
+
+from test_episode_update import T, ChainSampler, expert_actions, losing_actions, trained_tokens
+
+
+def test_batch_centred_advantages_subtract_the_whole_batch_mean():
+    # returns of 2 games x 3 episodes: mean 4/6 over all six, no division by a std
+    assert batch_centred_advantages([1, 0, 0, 1, 1, 1], 3) == pytest.approx([1 / 3, -2 / 3, -2 / 3, 1 / 3, 1 / 3, 1 / 3])
+    # a game that always wins still gets credit against the batch (GRPO gives it 0)
+    assert batch_centred_advantages([1, 1, 0, 0], 2) == pytest.approx([0.5, 0.5, -0.5, -0.5])
+    assert batch_centred_advantages([], 4) == []
+    with pytest.raises(ValueError, match="groups of 4"):
+        batch_centred_advantages([1, 0, 1], 4)
+
+
+def test_bernoulli_kl_by_hand():
+    # p = 0.5, q = 0.25: 0.5 ln 2 + 0.5 ln(0.5 / 0.75) = 0.5 (0.693147 - 0.405465)
+    d = bernoulli_kl(torch.tensor([0.5, 0.3]), torch.tensor([0.25, 0.3]))
+    assert d[0].item() == pytest.approx(0.5 * (math.log(2) - math.log(1.5)), rel=1e-6)
+    assert d[1].item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_the_gate_keeps_rows_whose_mean_bernoulli_kl_is_at_most_delta():
+    # row 0: sampler and policy agree (p = q = 0.5) on both loss tokens: D = 0
+    # row 1: tokens p = 0.5 -> q = 0.25 (d = 0.143841) and p = q = 0.5 (d = 0) -> D = 0.071921;
+    #        its third column is context (mask 0): not counted even though p and q differ there
+    half, quarter = math.log(0.5), math.log(0.25)
+    old = torch.tensor([[half, half, 0.0], [half, half, half]])
+    new = torch.tensor([[half, half, 0.0], [quarter, half, quarter]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    d01 = 0.5 * (math.log(2) - math.log(1.5))
+    keep, kl = trajectory_gate(new, old, mask, delta=0.05)
+    assert kl.tolist() == pytest.approx([0.0, d01 / 2], abs=1e-6)
+    assert keep.tolist() == [True, False]
+    assert trajectory_gate(new, old, mask, delta=0.08)[0].tolist() == [True, True]
+
+
+def test_forecast_weight_is_eta_n_over_the_games_successes():
+    assert forecast_weight(2, 4, 0.1) == pytest.approx(0.2)
+    assert forecast_weight(4, 4, 0.1) == pytest.approx(0.1)
+    assert forecast_weight(0, 4, 0.1) == pytest.approx(0.4)  # max(1, |S_x|): no success, no forecast anyway
+    with pytest.raises(ValueError):
+        forecast_weight(-1, 4, 0.1)
+
+
+def test_the_registry_carries_both_methods():
+    flash, cope = ESTIMATORS["flash_reinforce"], ESTIMATORS["cope"]
+    assert flash.episode_advantages is batch_centred_advantages and flash.trajectory_gate and not flash.forecasts
+    assert cope.forecasts and not cope.trajectory_gate
+    assert flash.slime_rollout is None and cope.slime_rollout is None  # embedded only
+    assert TempoConfig(advantage_estimator="flash_reinforce", td_updates=2).validate().episode_estimator
+    with pytest.raises(ConfigError, match="--trajectory-kl-gate"):
+        TempoConfig(advantage_estimator="flash_reinforce", trajectory_kl_gate=-0.1).validate()
+    with pytest.raises(ConfigError, match="--forecast-weight"):
+        TempoConfig(advantage_estimator="cope", forecast_weight=-1.0).validate()
+
+
+def _rollout(tokenizer, protocol, estimator: str, wrong_first: set[int]) -> TempoRollout:
+    cfg = TempoConfig(advantage_estimator=estimator, branches=4, states_per_batch=2, macro_rounds=5,
+                      max_episode_steps=T, forecast_weight=0.1).validate()
+    return TempoRollout(cfg, ChainSampler(tokenizer, wrong_first), protocol, make_env=lambda: VaultChainEnv(max_steps=T))
+
+
+def test_flash_reinforce_centres_on_the_batch_so_an_all_won_game_still_trains(tokenizer, protocol):
+    # game 0: 4 wins; game 2: episodes 4, 5 take a wrong key. R = [1,1,1,1, 0,0,1,1], mean 3/4
+    rollout = _rollout(tokenizer, protocol, "flash_reinforce", wrong_first={4, 5})
+    batch = rollout.episode_update(0, [0, 2])
+    want = [0.25] * 4 + [-0.75, -0.75, 0.25, 0.25]
+    assert len(batch.samples) == 8
+    for sample, advantage in zip(batch.samples, want):
+        assert sample.role == ACTOR
+        trained = [a for a, m in zip(sample.advantages, sample.loss_mask) if m]
+        assert trained == pytest.approx([advantage] * len(trained))
+    assert batch.metrics["train/forecast_samples"] == 0.0
+    # GRPO on the same episodes: game 0 is degenerate (no samples), game 2 gives +-1
+    assert len(_rollout(tokenizer, protocol, "grpo", wrong_first={4, 5}).episode_update(0, [0, 2]).samples) == 4
+
+
+def test_cope_adds_each_won_episode_as_a_forecast_weighted_eta_n_over_the_games_wins(tokenizer, protocol):
+    # game 0: episodes 2, 3 lose -> GRPO +-1 on 4 episodes, 2 forecasts of weight 0.1 x 4 / 2 = 0.2;
+    # game 2: all 4 win -> no GRPO samples, 4 forecasts of weight 0.1 x 4 / 4 = 0.1
+    rollout = _rollout(tokenizer, protocol, "cope", wrong_first={2, 3})
+    batch = rollout.episode_update(0, [0, 2])
+    actor = [s for s in batch.samples if s.role == ACTOR]
+    forecasts = [s for s in batch.samples if s.role == FORECAST]
+    assert len(actor) == 4 and all(s.group == 0 for s in actor)
+    assert [(s.group, s.reward) for s in forecasts] == [(0, 1.0)] * 2 + [(1, 1.0)] * 4
+    for sample, weight in zip(forecasts, [0.2] * 2 + [0.1] * 4):
+        trained = [a for a, m in zip(sample.advantages, sample.loss_mask) if m]
+        assert len(trained) == trained_tokens(tokenizer, expert_actions(0 if sample.group == 0 else 2))
+        assert trained == pytest.approx([weight] * len(trained))
+    m = batch.metrics
+    assert (m["train/actor_samples"], m["train/forecast_samples"]) == (4.0, 6.0)
+    assert m["actor/degenerate_group_rate"] == 0.5
+    assert losing_actions(0)[0] != expert_actions(0)[0]  # the losing episodes really differ
+
+
+def _sample_pair(tokenizer, model):
+    prompt = tokenizer.encode("Task: open the vault", add_special_tokens=False)
+    action = tokenizer.encode("<action>go east</action>", add_special_tokens=False)
+    tokens, mask = prompt + action, [0] * len(prompt) + [1] * len(action)
+    with torch.no_grad():
+        ids = torch.tensor([tokens])
+        current = token_logprobs(model, ids, torch.ones_like(ids), 1.0)[0].tolist()
+    return prompt, action, tokens, mask, current
+
+
+def _sgd_trainer(model, tokenizer, **kwargs):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return PolicyTrainer(model, torch.optim.SGD(params, lr=0.1), tokenizer.pad_token_id, grad_clip=1e9, **kwargs)
+
+
+def _step_by_hand(model, loss_of):
+    loss_of(model).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= 0.1 * p.grad
+
+
+def test_the_gate_leaves_a_diverged_episode_out_of_the_loss_but_in_the_mean(tokenizer, tiny_model):
+    # sample a: the sampler's log-probs are the policy's own (D = 0); sample b: the sampler's are
+    # log 0.999 on every token, far from the tiny model's (D >> 0.01): gated. L = (l_a + 0) / 2
+    prompt, action, tokens, mask, current = _sample_pair(tokenizer, tiny_model)
+    a = make_sample(tokens, mask, [lp if m else 0.0 for lp, m in zip(current, mask)], 0.7, ACTOR, 0, 1.0)
+    b = make_sample(tokens, mask, [math.log(0.999) if m else 0.0 for m in mask], -0.4, ACTOR, 1, 0.0)
+    by_hand = copy.deepcopy(tiny_model)
+    metrics = _sgd_trainer(tiny_model, tokenizer, trajectory_kl_gate=0.01).step([a, b])
+    assert metrics["train/gated_samples"] == 1.0
+    assert metrics["train/trajectory_kl"] > 0.01 / 2
+
+    def loss(model):  # at ratio 1 the clipped loss of a is -A x mean log pi over its action tokens
+        lp = token_logprobs(model, torch.tensor([tokens]), torch.ones(1, len(tokens), dtype=torch.long), 1.0)[0]
+        return -0.7 * lp[len(prompt):].mean() / 2
+
+    _step_by_hand(by_hand, loss)
+    for mine, theirs in zip(tiny_model.parameters(), by_hand.parameters()):
+        assert torch.allclose(mine, theirs, atol=1e-5)
+
+
+def test_without_the_gate_the_same_episode_trains(tokenizer, tiny_model):
+    _, _, tokens, mask, _ = _sample_pair(tokenizer, tiny_model)
+    # A > 0 at ratio << 1: the unclipped term -rho A is the larger one, so the episode has a gradient
+    b = make_sample(tokens, mask, [math.log(0.999) if m else 0.0 for m in mask], 0.4, ACTOR, 1, 0.0)
+    metrics = _sgd_trainer(tiny_model, tokenizer).step([b])
+    assert "train/gated_samples" not in metrics and metrics["train/grad_norm"] > 0
+
+
+def test_a_forecast_row_takes_minus_w_times_the_sum_of_its_log_probs(tokenizer, tiny_model):
+    prompt, action, tokens, mask, current = _sample_pair(tokenizer, tiny_model)
+    old = [lp if m else 0.0 for lp, m in zip(current, mask)]
+    actor = make_sample(tokens, mask, old, 0.7, ACTOR, 0, 1.0)
+    forecast = make_sample(tokens, mask, old, 0.2, FORECAST, 0, 1.0)
+    by_hand = copy.deepcopy(tiny_model)
+    metrics = _sgd_trainer(tiny_model, tokenizer).step([actor, forecast])
+    assert metrics["train/value_loss"] == 0.0 and metrics["train/forecast_loss"] > 0
+
+    def loss(model):  # (policy row -A mean log pi + forecast row -w sum log pi) / 2 samples
+        lp = token_logprobs(model, torch.tensor([tokens]), torch.ones(1, len(tokens), dtype=torch.long), 1.0)[0]
+        return (-0.7 * lp[len(prompt):].mean() - 0.2 * lp[len(prompt):].sum()) / 2
+
+    _step_by_hand(by_hand, loss)
+    for mine, theirs in zip(tiny_model.parameters(), by_hand.parameters()):
+        assert torch.allclose(mine, theirs, atol=1e-5)
