@@ -87,8 +87,11 @@ METHODS: dict[str, list[str]] = {
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
     "FlashREINFORCE": ["--advantage-estimator", "flash_reinforce"],
     "CoPE": ["--advantage-estimator", "cope"],
+    "SPO": ["--advantage-estimator", "spo", "--branches", "1", "--states-per-batch", "48", "--train-games", "96"],
 }
-"""Method -> its trainer arguments (defaults otherwise)."""
+"""Method -> its trainer arguments (defaults otherwise). SPO as published plays one episode per game
+(single-stream), 48 per update like the others' 8 games x 6; its pool of 96 training games is
+revisited about three times in a 4-vault budget."""
 BASELINE = "GRPO (multi-turn)"
 BOOTSTRAP_T = 30
 EVALUATIONS = 3

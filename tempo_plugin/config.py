@@ -133,7 +133,8 @@ class TempoConfig:
         "help": "tempo (multi-turn, --env); grpo (multi-turn on --env: N complete episodes per game, "
                 "or single-turn when --task is given); temporal_grpo (multi-turn on --env, group-relative "
                 "advantages per stage of the environment's milestones); flash_reinforce (multi-turn: batch-centred "
-                "returns, the Bernoulli-KL trajectory gate); cope (multi-turn GRPO plus forecasting the successful "
+                "returns, the Bernoulli-KL trajectory gate); spo (multi-turn: a per-game Beta tracker as the baseline, "
+                "games drawn by priority from --train-games); cope (multi-turn GRPO plus forecasting the successful "
                 "episodes' actions); ppo, tppo (single-turn, --task)",
         "choices": tuple(ESTIMATORS)})
     trajectory_kl_gate: float = field(default=0.01, metadata={
@@ -141,6 +142,11 @@ class TempoConfig:
                 "current policy's probabilities of its sampled tokens is at most this delta"})
     forecast_weight: float = field(default=0.1, metadata={
         "help": "CoPE: eta, the weight of the action-forecasting loss on each game's successful episodes"})
+    train_games: int = field(default=0, metadata={
+        "help": "training games: 0 plays a fresh game every time; P > 0 cycles through a pool of P games per seed "
+                "(SPO draws from it by priority)"})
+    spo_discount: float = field(default=0.9, metadata={
+        "help": "SPO: rho, how much of a game's tracked outcomes each new visit keeps (1: all)"})
     gamma: float = field(default=1.0, metadata={"help": "PPO/TPPO: GAE discount"})
     lambd: float = field(default=0.95, metadata={"help": "PPO/TPPO: GAE lambda (< 1: per-token credit from value differences)"})
     critic_learning_rate: float = field(default=1e-4, metadata={
@@ -276,7 +282,7 @@ class TempoConfig:
                 f"--max-episode-steps ({self.max_episode_steps}) must be a multiple of "
                 f"--macro-rounds ({self.macro_rounds})"
             )
-        if self.branches < 2 and self.td_updates > 0:
+        if self.branches < 2 and self.td_updates > 0 and ESTIMATORS[self.advantage_estimator].needs_groups:
             raise ConfigError("--branches must be >= 2: advantages are centred within the N branches")
         if self.critic_samples < 2:
             raise ConfigError("--critic-samples must be >= 2: critic rewards are centred within the K samples")
@@ -337,6 +343,14 @@ class TempoConfig:
         if self.critic_weights == "separate" and ESTIMATORS[self.advantage_estimator].critic != GENERATIVE:
             raise ConfigError(f"--critic-weights separate: {self.advantage_estimator} has no generative critic "
                               "(TEMPO only); remove the flag")
+        if self.train_games < 0:
+            raise ConfigError(f"--train-games must be >= 0 (0: a fresh game every time; got {self.train_games})")
+        if ESTIMATORS[self.advantage_estimator].tracker and self.train_games < self.states_per_batch:
+            raise ConfigError(f"--advantage-estimator {self.advantage_estimator} tracks each training game across "
+                              f"visits and draws --states-per-batch ({self.states_per_batch}) of them per update: "
+                              f"set --train-games to a pool of at least that many (e.g. 64)")
+        if not 0 < self.spo_discount <= 1:
+            raise ConfigError(f"--spo-discount must be in (0, 1] (got {self.spo_discount})")
         if not self.trajectory_kl_gate >= 0:
             raise ConfigError(f"--trajectory-kl-gate must be >= 0 (got {self.trajectory_kl_gate})")
         if not self.forecast_weight >= 0:

@@ -36,6 +36,8 @@ class Estimator:
     episode_advantages: Callable[[Sequence[float], int], list[float]] | None = None
     trajectory_gate: bool = False  # its trainer drops episodes whose mean Bernoulli KL exceeds --trajectory-kl-gate
     forecasts: bool = False  # successful episodes also train as action forecasts (--forecast-weight)
+    tracker: bool = False  # a per-game Beta tracker is its baseline and picks its games (--train-games, --spo-discount)
+    needs_groups: bool = True  # its advantages compare N >= 2 branches or episodes of one state or game
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
@@ -45,7 +47,10 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("temporal_grpo", on_env=True, on_task=False, critic=NO_CRITIC,
               slime_rollout="generate_temporal_grpo_rollout", label="Temporal GRPO", stages=True),
     Estimator("flash_reinforce", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None,
-              label="FlashREINFORCE", episode_advantages=batch_centred_advantages, trajectory_gate=True),
+              label="FlashREINFORCE", episode_advantages=batch_centred_advantages, trajectory_gate=True,
+              needs_groups=False),
+    Estimator("spo", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="SPO", tracker=True,
+              needs_groups=False),
     Estimator("cope", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="CoPE",
               episode_advantages=grpo_advantages, forecasts=True),
     Estimator("ppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="PPO",

@@ -182,3 +182,93 @@ def test_a_forecast_row_takes_minus_w_times_the_sum_of_its_log_probs(tokenizer, 
     _step_by_hand(by_hand, loss)
     for mine, theirs in zip(tiny_model.parameters(), by_hand.parameters()):
         assert torch.allclose(mine, theirs, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- SPO
+
+def test_the_beta_tracker_forgets_by_rho_and_counts_outcomes():
+    from tempo_plugin.algorithms.spo import PRIOR, tracker_update, tracker_value
+
+    assert tracker_value(PRIOR, PRIOR) == 0.5
+    # rho 0.9: alpha = 0.45 + 2 wins, beta = 0.45 + 1 loss -> v = 2.45 / 3.9
+    alpha, beta = tracker_update(0.5, 0.5, [1.0, 1.0, 0.0], 0.9)
+    assert (alpha, beta) == pytest.approx((2.45, 1.45))
+    assert tracker_value(alpha, beta) == pytest.approx(0.628205, abs=1e-6)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        tracker_update(0.5, 0.5, [1.5], 0.9)
+
+
+def test_spo_advantages_are_returns_less_baselines_normalised_over_the_batch():
+    from tempo_plugin.algorithms.spo import spo_advantages
+
+    # A = (0.5, -0.5, 0.2): mean 0.066667, population std 0.418994
+    assert spo_advantages([1.0, 0.0, 1.0], [0.5, 0.5, 0.8]) == pytest.approx([1.034222, -1.352444, 0.318222], abs=1e-6)
+    with pytest.raises(ValueError):
+        spo_advantages([1.0], [0.5, 0.5])
+
+
+def test_prioritised_draws_favour_uncertain_games_and_never_repeat_one():
+    from tempo_plugin.algorithms.spo import draw_prioritised, priority
+
+    assert priority(0.5) == pytest.approx(0.55) and priority(1.0) == pytest.approx(0.05)
+    # game 20 (v = 0.5, w = 0.55) is drawn first with probability 0.55 / 0.60 = 0.9167 against game 10 (v = 1)
+    draws = [draw_prioritised([10, 20], [1.0, 0.5], 2, seed) for seed in range(4000)]
+    assert all(sorted(d) == [10, 20] for d in draws)
+    assert sum(d[0] == 20 for d in draws) / 4000 == pytest.approx(0.55 / 0.60, abs=0.015)
+    assert draw_prioritised(list(range(8)), [0.5] * 8, 3, 7) == draw_prioritised(list(range(8)), [0.5] * 8, 3, 7)
+    with pytest.raises(ValueError, match="pool of 2"):
+        draw_prioritised([10, 20], [0.5, 0.5], 3, 0)
+
+
+def test_a_pool_of_training_games_cycles():
+    from tempo_plugin.rollout.games import train_game, train_pool
+
+    assert [train_game(1, c, 3) for c in range(5)] == [train_game(1, 0), train_game(1, 1), train_game(1, 2),
+                                                      train_game(1, 0), train_game(1, 1)]
+    assert train_pool(1, 3) == [train_game(1, c) for c in range(3)]
+    assert train_game(1, 7) == train_game(1, 7, 0)  # no pool: a fresh game every time
+
+
+def test_spo_needs_a_pool_and_plays_single_episodes():
+    with pytest.raises(ConfigError, match="--train-games"):
+        TempoConfig(advantage_estimator="spo", states_per_batch=8).validate()
+    with pytest.raises(ConfigError, match="--spo-discount"):
+        TempoConfig(advantage_estimator="spo", train_games=8, spo_discount=0.0).validate()
+    assert TempoConfig(advantage_estimator="spo", train_games=8, branches=1).validate().branches == 1
+    with pytest.raises(ConfigError, match="--branches must be >= 2"):
+        TempoConfig(advantage_estimator="grpo", branches=1).validate()
+
+
+def test_spo_baselines_each_game_on_its_past_so_a_surprising_win_gets_the_credit(tokenizer, protocol):
+    cfg = TempoConfig(advantage_estimator="spo", branches=2, states_per_batch=2, train_games=2, macro_rounds=5,
+                      max_episode_steps=T, spo_discount=0.9).validate()
+    # first call: requests 2, 3 (game 2's episodes) take a wrong key; every later call plays the expert
+    rollout = TempoRollout(cfg, ChainSampler(tokenizer, {2, 3}), protocol, make_env=lambda: VaultChainEnv(max_steps=T))
+    first = rollout.episode_update(0, [0, 2])
+    # R = (1, 1, 0, 0) against the prior 1/2: A = +-0.5, mean 0, std 0.5 -> +-1
+    assert [s.advantages[-1] for s in first.samples] == pytest.approx([1, 1, -1, -1], abs=1e-5)
+    assert first.metrics["spo/baseline_mean"] == 0.5
+    # trackers: game 0 (0.45 + 2, 0.45) -> 0.844828; game 2 (0.45, 0.45 + 2) -> 0.155172
+    assert rollout.trackers.value(0) == pytest.approx(0.844828, abs=1e-6)
+    assert rollout.trackers.value(2) == pytest.approx(0.155172, abs=1e-6)
+    second = rollout.episode_update(1, [0, 2])
+    # all four win: A = 1 - v = (0.155, 0.155, 0.845, 0.845), mean 0.5, std 0.345 -> (-1, -1, +1, +1):
+    # the expected win of game 0 is pushed down, the surprising one of game 2 up (GRPO: no samples)
+    assert [s.advantages[-1] for s in second.samples] == pytest.approx([-1, -1, 1, 1], abs=1e-5)
+    assert second.metrics["rollout/success_rate"] == 1.0
+    restored = TempoRollout(cfg, rollout.sampler, protocol, make_env=rollout.make_env)
+    restored.trackers.restore(rollout.trackers.rows())  # what a checkpoint keeps
+    assert restored.trackers.table == rollout.trackers.table
+
+
+def test_spo_draws_its_games_from_the_pool(tokenizer, protocol):
+    from tempo_plugin.method.schedule import run_update
+    from tempo_plugin.rollout.games import train_pool
+
+    cfg = TempoConfig(advantage_estimator="spo", branches=1, states_per_batch=2, train_games=3, macro_rounds=5,
+                      max_episode_steps=T).validate()
+    rollout = TempoRollout(cfg, ChainSampler(tokenizer, set()), protocol, make_env=lambda: VaultChainEnv(max_steps=T))
+    games = rollout.prioritised_games(4)
+    assert len(set(games)) == 2 and set(games) <= set(train_pool(0, 3))
+    batch = run_update(rollout, "spo", 4, lambda: pytest.fail("SPO draws from its pool, not the game cursor"), None)
+    assert set(rollout.trackers.table) == set(games) and batch.metrics["spo/tracked_games"] == 2.0

@@ -104,6 +104,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     if cfg.resume:
         store, progress = load_checkpoint(resume_from, optimizer, critic_trainer.optimizer if critic_trainer else None)
         rollout.audits.restore(progress.audits)
+        rollout.trackers.restore(progress.trackers)
     log, wandb_run = metrics_logs(cfg, out, keep_updates_below=progress.next_update if cfg.resume else None)
     value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
 
@@ -118,7 +119,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
 
     def next_game() -> int:
         progress.game_cursor += 1
-        return train_game(cfg.seed, progress.game_cursor - 1)
+        return train_game(cfg.seed, progress.game_cursor - 1, cfg.train_games)
 
     bar = tqdm(range(progress.next_update, cfg.total_updates), initial=progress.next_update,
                total=cfg.total_updates, desc=cfg.advantage_estimator.upper(), unit="update")
@@ -162,6 +163,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             warn_if_critic_collapsed(metrics, progress, update)
         progress.next_update = update + 1
         progress.audits = [list(r) for r in rollout.audits.rows]  # the readiness gate's, saved with the checkpoint
+        progress.trackers = rollout.trackers.rows()  # SPO's per-game baselines, likewise
         if cfg.eval_every and cfg.eval_games > 0 and progress.next_update % cfg.eval_every == 0 \
                 and progress.next_update < cfg.total_updates and not 0 < cfg.max_env_steps <= progress.env_steps:
             evaluate(progress.next_update, "current")

@@ -45,6 +45,7 @@ class Progress:
     start_depths: dict[str, int] = field(default_factory=dict)  # TD start states by macro index
     identical_streak: int = 0  # consecutive updates with a collapsed critic (IDENTICAL_WARNING)
     audits: list[list[float]] = field(default_factory=list)  # AuditWindow.rows: (estimate, calibrated, outcome)
+    trackers: dict[str, list[float]] = field(default_factory=dict)  # GameTrackers.rows: game -> (alpha, beta)
 
 
 def save_checkpoint(directory: Path, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,

@@ -6,7 +6,8 @@ an episode gets one advantage from its return (less ``--invalid-action-penalty``
 environment did not accept, as in TEMPO's actor), by the estimator's ``episode_advantages``:
 group-relative (multi-turn GRPO, CoPE, ``algorithms.grpo``) or centred on the batch mean
 (FlashREINFORCE, ``algorithms.flash_reinforce``, whose trajectory gate runs in the trainer). CoPE
-adds each game's successful episodes as action forecasts (``algorithms.cope``).
+adds each game's successful episodes as action forecasts (``algorithms.cope``). SPO's baseline is a
+per-game tracker of past outcomes, which also picks the games (``algorithms.spo``, ``GameTrackers``).
 
 Stage update (Temporal GRPO): the same episodes, each round advantaged against the group on the
 stage of the environment's milestones it worked on (``algorithms.temporal_grpo``).
@@ -15,27 +16,63 @@ stage of the environment's milestones it worked on (``algorithms.temporal_grpo``
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from tempo_plugin.algorithms.cope import forecast_weight
+from tempo_plugin.algorithms.spo import PRIOR, draw_prioritised, spo_advantages, tracker_update, tracker_value
 from tempo_plugin.algorithms.stats import mean
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON
 from tempo_plugin.method.play import Play, UpdateBatch, rollout_metrics
 from tempo_plugin.rollout.engine import ENV_ERROR, Branch
-from tempo_plugin.rollout.games import sampling_seed
+from tempo_plugin.rollout.games import GAME_DRAW, sampling_seed, train_pool
 from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.rollout.samples import ACTOR, FORECAST, TrainSample, make_sample
 
 
+@dataclass
+class GameTrackers:
+    """SPO's Beta(alpha, beta) per training game (``algorithms.spo``); a game never played has the
+    prior. A resumed run gets them back from its checkpoint (``Progress.trackers``)."""
+
+    table: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def value(self, game: int) -> float:
+        return tracker_value(*self.table.get(game, (PRIOR, PRIOR)))
+
+    def count(self, game: int, returns: Sequence[float], rho: float) -> None:
+        """Forget by rho, then count ``returns`` (clipped to [0, 1])."""
+        alpha, beta = self.table.get(game, (PRIOR, PRIOR))
+        self.table[game] = tracker_update(alpha, beta, [min(max(r, 0.0), 1.0) for r in returns], rho)
+
+    def rows(self) -> dict[str, list[float]]:
+        return {str(game): list(ab) for game, ab in self.table.items()}
+
+    def restore(self, rows: dict[str, Sequence[float]]) -> None:
+        self.table = {int(game): (float(ab[0]), float(ab[1])) for game, ab in rows.items()}
+
+
 class EpisodeUpdates(Play):
-    """The critic-free updates of complete episodes: multi-turn GRPO, FlashREINFORCE, CoPE and Temporal GRPO."""
+    """The critic-free updates of complete episodes: multi-turn GRPO, FlashREINFORCE, CoPE, SPO and
+    Temporal GRPO."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.trackers = GameTrackers()
+
+    def prioritised_games(self, update: int) -> list[int]:
+        """SPO: S = --states-per-batch distinct games of the --train-games pool, drawn by priority."""
+        pool = train_pool(self.cfg.seed, self.cfg.train_games)
+        return draw_prioritised(pool, [self.trackers.value(g) for g in pool], self.cfg.states_per_batch,
+                                sampling_seed(self.cfg.seed, update, GAME_DRAW))
 
     def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
         """N = --branches complete episodes of each game; R'_i = R_i - c u_i the episode return less
         the invalid-action penalty; A_i = the estimator's episode_advantages(R') on every action of
         episode i: (R'_i - mean) / (std + eps) over the game's episodes (GRPO, CoPE) or R'_i - the
-        batch's mean (FlashREINFORCE). CoPE: each won episode of game x also trains as a forecast of
-        its own actions, weight w_x = eta N / max(1, |S_x|) per action token (``algorithms.cope``)."""
+        batch's mean (FlashREINFORCE); SPO: R'_i - v_hat_old(x_i), normalised over the batch, then
+        the played games' trackers count the outcomes. CoPE: each won episode of game x also trains
+        as a forecast of its own actions, weight w_x = eta N / max(1, |S_x|) per action token."""
         cfg = self.cfg
         estimator = ESTIMATORS[cfg.advantage_estimator]
         tic = time.perf_counter()
@@ -45,8 +82,16 @@ class EpisodeUpdates(Play):
         env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
         branches = [b for b in branches if b.group not in broken]
         returns = [b.segment_reward for b in branches]
-        advantages = estimator.episode_advantages([shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches],
-                                                  cfg.branches)
+        shaped = [shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches]
+        tracker_metrics = {}
+        if estimator.tracker:
+            baselines = [self.trackers.value(games[b.group]) for b in branches]
+            advantages = spo_advantages(shaped, baselines)
+            for g in sorted({b.group for b in branches}):
+                self.trackers.count(games[g], [b.segment_reward for b in branches if b.group == g], cfg.spo_discount)
+            tracker_metrics = {"spo/baseline_mean": mean(baselines), "spo/tracked_games": float(len(self.trackers.table))}
+        else:
+            advantages = estimator.episode_advantages(shaped, cfg.branches)
         samples = [
             make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
             for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
@@ -60,6 +105,7 @@ class EpisodeUpdates(Play):
             "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
             "train/actor_samples": float(actor_samples),
             "train/forecast_samples": float(len(samples) - actor_samples),
+            **tracker_metrics,
             "train/critic_samples": 0.0,
             "time/rollout": rollout_seconds,
             "time/critic": 0.0,

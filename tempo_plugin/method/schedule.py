@@ -39,5 +39,8 @@ def run_update(rollout: TempoRollout, phase_name: str, update: int, next_game: C
         return rollout.warmup_update(update, games, max_states=max_warmup_states)
     if phase_name == TD:
         return rollout.td_update(update, start_states(store, cfg), next_game)
+    estimator = ESTIMATORS[phase_name]
+    if estimator.tracker:  # SPO picks its games by the trackers' priorities
+        return rollout.episode_update(update, rollout.prioritised_games(update))
     games = [next_game() for _ in range(cfg.states_per_batch)]
-    return rollout.stage_update(update, games) if ESTIMATORS[phase_name].stages else rollout.episode_update(update, games)
+    return rollout.stage_update(update, games) if estimator.stages else rollout.episode_update(update, games)

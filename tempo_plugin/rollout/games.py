@@ -11,9 +11,15 @@ EVAL_GAME_OFFSET = 2_000_000_000  # held-out games: never reached by training se
 TRAIN_GAMES_PER_SEED = 10_000_019
 
 
-def train_game(seed: int, cursor: int) -> int:
-    """The ``cursor``-th training game of a run with this seed."""
-    return seed * TRAIN_GAMES_PER_SEED + cursor
+def train_game(seed: int, cursor: int, pool: int = 0) -> int:
+    """The ``cursor``-th training game of a run with this seed; with a ``pool`` of P > 0 games
+    (--train-games) the run cycles through its first P."""
+    return seed * TRAIN_GAMES_PER_SEED + (cursor % pool if pool else cursor)
+
+
+def train_pool(seed: int, pool: int) -> list[int]:
+    """The ``pool`` training games a run with --train-games revisits."""
+    return [train_game(seed, i) for i in range(pool)]
 
 
 def eval_games(count: int) -> list[int]:
@@ -21,9 +27,10 @@ def eval_games(count: int) -> list[int]:
     return [EVAL_GAME_OFFSET + i for i in range(count)]
 
 
-ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC, AUDIT, AUDIT_CRITIC = 0, 7, 11, 13, 17, 19
+ROLLOUT, WARMUP_CRITIC, ENDPOINT_CRITIC, START_CRITIC, AUDIT, AUDIT_CRITIC, GAME_DRAW = 0, 7, 11, 13, 17, 19, 23
 """Sampling streams of one update: the actor's rollouts, the three kinds of critic calls, the
-audit branches (``--audit-weight``) and the critic calls on the states they pass (``--audit-boundaries``)."""
+audit branches (``--audit-weight``), the critic calls on the states they pass (``--audit-boundaries``)
+and SPO's prioritised draw of games."""
 
 
 def sampling_seed(run_seed: int, update: int, stream: int = ROLLOUT) -> int:

@@ -104,7 +104,7 @@ class TempoDataSource:
 
     def next_game(self) -> int:
         self.game_cursor += 1
-        return train_game(self.cfg.seed, self.game_cursor - 1)
+        return train_game(self.cfg.seed, self.game_cursor - 1, self.cfg.train_games)
 
     def rollout(self) -> Any:
         """The TempoRollout over the SGLang router (built on first use: the router is up by then)."""
