@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--no-critic", action="store_true", help="skip the Monte-Carlo measurement of the critics")
     parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1))
     parser.add_argument("--out", default="bench/results/smollm2")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the table from the runs that finished")
     args = parser.parse_args()
     if args.vaults < 1 or args.env_steps < 1 or args.eval_games < 1:
         parser.error("--vaults, --env-steps and --eval-games must be >= 1")
@@ -128,11 +129,15 @@ def main() -> None:
     for seed in args.seeds:
         for method in args.methods:
             folder = out / f"v{args.vaults}" / f"{run_slug(method)}-seed{seed}"
+            if args.report_only:
+                if (folder / "summary.json").is_file():
+                    runs[method][seed] = folder
+                continue
             runs[method][seed] = run_trainer(f"{method} seed {seed}", folder, trainer_args(method, seed, args),
                                              args.threads)
             if "TEMPO" in method and not args.no_critic:
                 calibrate(folder, args)
-    summary = summarise(runs)
+    summary = summarise({method: by_seed for method, by_seed in runs.items() if by_seed})
     (out / "smollm2.json").write_text(json.dumps({"settings": vars(args), "summary": summary}, indent=1, default=str))
     text = table(summary, args)
     (out / "smollm2.md").write_text(text)

@@ -135,7 +135,9 @@ class TempoConfig:
                 "advantages per stage of the environment's milestones); flash_reinforce (multi-turn: batch-centred "
                 "returns, the Bernoulli-KL trajectory gate); spo (multi-turn: a per-game Beta tracker as the baseline, "
                 "games drawn by priority from --train-games); cope (multi-turn GRPO plus forecasting the successful "
-                "episodes' actions); ppo, tppo (single-turn, --task)",
+                "episodes' actions); ppo, tppo (single-turn, --task); bpco, easyppo (single-turn PPO with BPCO's "
+                "length-adaptive lambda, bounded values and divergence clipping, or EasyPPO's truncation filter, "
+                "noise-weighted critic and per-minibatch critic clipping)",
         "choices": tuple(ESTIMATORS)})
     trajectory_kl_gate: float = field(default=0.01, metadata={
         "help": "FlashREINFORCE: train an episode only while the mean Bernoulli KL between the sampler's and the "

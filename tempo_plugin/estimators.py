@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 from tempo_plugin.algorithms.flash_reinforce import batch_centred_advantages
 from tempo_plugin.algorithms.grpo import grpo_advantages
+from tempo_plugin.algorithms.ppo_variants import PPOOptions
 
 GENERATIVE = "generative"  # the policy itself, prompted as a critic (TEMPO)
 VALUE_MODEL = "value model"  # a separate scalar critic (PPO, TPPO; critic/value_model.py)
@@ -38,6 +39,7 @@ class Estimator:
     forecasts: bool = False  # successful episodes also train as action forecasts (--forecast-weight)
     tracker: bool = False  # a per-game Beta tracker is its baseline and picks its games (--train-games, --spo-discount)
     needs_groups: bool = True  # its advantages compare N >= 2 branches or episodes of one state or game
+    ppo: PPOOptions = PPOOptions()  # VALUE_MODEL: how it departs from plain PPO (BPCO, EasyPPO)
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
@@ -55,6 +57,11 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
               episode_advantages=grpo_advantages, forecasts=True),
     Estimator("ppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="PPO",
               value_readout=DIRECT),
+    Estimator("bpco", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="BPCO",
+              value_readout=DIRECT, ppo=PPOOptions(lambda_alpha=1.0, bounded_values=True, divergence_clip=True)),
+    Estimator("easyppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="EasyPPO",
+              value_readout=DIRECT, ppo=PPOOptions(finished_actor_only=True, noise_weighted_critic=True,
+                                                   critic_minibatches=4)),
     Estimator("tppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="TPPO",
               value_readout=LOGIT_SUM),
 )}

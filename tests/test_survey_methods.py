@@ -272,3 +272,83 @@ def test_spo_draws_its_games_from_the_pool(tokenizer, protocol):
     assert len(set(games)) == 2 and set(games) <= set(train_pool(0, 3))
     batch = run_update(rollout, "spo", 4, lambda: pytest.fail("SPO draws from its pool, not the game cursor"), None)
     assert set(rollout.trackers.table) == set(games) and batch.metrics["spo/tracked_games"] == 2.0
+
+
+# ------------------------------------------------------------------------------ BPCO and EasyPPO
+
+def test_bpco_lambda_grows_with_the_response_length():
+    from tempo_plugin.algorithms.ppo_variants import adaptive_lambda
+
+    assert adaptive_lambda(4, 1.0) == pytest.approx(0.75)
+    assert adaptive_lambda(100, 2.0) == pytest.approx(0.995)
+    assert adaptive_lambda(1, 0.5) == 0.0  # 1 - 2 < 0: clipped
+    with pytest.raises(ValueError):
+        adaptive_lambda(0, 1.0)
+
+
+def test_easyppo_weights_quiet_prompts_up():
+    from tempo_plugin.algorithms.ppo_variants import noise_weights, split_evenly
+
+    # prompt 0 (1, 1): sigma 0 -> 1 / 0.1 = 10; prompt 1 (0, 1): sigma 0.5 -> 2; mean 6 -> (10, 10, 2, 2) / 6
+    assert noise_weights([1, 1, 0, 1], 2) == pytest.approx([5 / 3, 5 / 3, 1 / 3, 1 / 3])
+    with pytest.raises(ValueError):
+        noise_weights([1, 0, 1], 2)
+    assert split_evenly(5, 2) == [range(0, 3), range(3, 5)]
+    assert split_evenly(1, 4) == [range(0, 1)]
+
+
+def test_divergence_clipping_bounds_the_probability_change():
+    from tempo_plugin.algorithms.losses import clipped_policy_loss
+
+    # both tokens: ratio 1.5, A = 1. Sampler p = 0.5: bound 1 + 0.2 / 0.5 = 1.4 -> l = -1.4 (clipped);
+    # p = 0.05: bound 1 + 0.2 / 0.05 = 5 -> l = -1.5 (free). Loss = mean of the two over one sample
+    old = torch.log(torch.tensor([[0.5, 0.05]]))
+    new = old + math.log(1.5)
+    eps = 0.2 / old.exp()
+    out = clipped_policy_loss(new, old, torch.ones(1, 2), torch.ones(1, 2), eps, eps)
+    assert out.loss.item() == pytest.approx((-1.4 - 1.5) / 2, rel=1e-6)
+    assert out.clip_fraction.item() == pytest.approx(0.5)
+    plain = clipped_policy_loss(new, old, torch.ones(1, 2), torch.ones(1, 2), 0.2, 0.2)
+    assert plain.loss.item() == pytest.approx(-1.2, rel=1e-6)  # the fixed band clips both at 1.2
+
+
+def test_weighted_critic_loss_by_hand():
+    from tempo_plugin.embedded.single_turn import Response, critic_loss
+
+    responses = [Response(0, [1], [2], [0.0], "", 1.0), Response(0, [1], [2], [0.0], "", 0.0)]
+    outputs, returns = [torch.tensor([0.5]), torch.tensor([0.5])], [torch.tensor([1.0]), torch.tensor([0.0])]
+    # each (0.5 - ret)^2 / 2 = 0.125; weights 3 and 1: (0.375 + 0.125) / 2
+    assert critic_loss("easyppo", outputs, responses, returns, [3.0, 1.0]).item() == pytest.approx(0.25)
+    assert critic_loss("easyppo", outputs, responses, returns).item() == pytest.approx(0.125)
+
+
+def test_critic_minibatches_are_steps_on_consecutive_shares(tiny_model):
+    from tempo_plugin.critic.value_model import value_model_from_policy
+    from tempo_plugin.embedded.single_turn import Response, critic_step, critic_update
+
+    torch.manual_seed(0)
+    critic = value_model_from_policy(tiny_model, init="small", std=0.05)
+    twin = copy.deepcopy(critic)
+    responses = [Response(i, [5, 6, 7], [20 + i] * (i + 1), [0.0] * (i + 1), "", float(i % 2)) for i in range(4)]
+    returns = [torch.full((len(r.response_ids),), r.reward) for r in responses]
+    weights = [1.0, 2.0, 0.5, 0.5]
+    loss = critic_update(critic, torch.optim.SGD(critic.parameters(), lr=0.1), "easyppo", [responses], returns, 0, 0.05,
+                         weights=weights, minibatches=2, tokens_per_micro_batch=1000)
+    optimizer = torch.optim.SGD(twin.parameters(), lr=0.1)
+    twin.train()
+    first = critic_step(twin, optimizer, "easyppo", [responses[:2]], returns[:2], 0, 0.05, weights[:2])
+    second = critic_step(twin, optimizer, "easyppo", [responses[2:]], returns[2:], 0, 0.05, weights[2:])
+    assert loss == pytest.approx((first + second) / 2, rel=1e-6)
+    for p, q in zip(critic.parameters(), twin.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_the_ppo_variants_are_registered_single_turn():
+    from tempo_plugin.estimators import VALUE_MODEL
+
+    for name in ("bpco", "easyppo"):
+        assert ESTIMATORS[name].critic == VALUE_MODEL and ESTIMATORS[name].on_task and not ESTIMATORS[name].on_env
+    assert ESTIMATORS["bpco"].ppo.divergence_clip and ESTIMATORS["bpco"].ppo.lambda_alpha == 1.0
+    assert ESTIMATORS["easyppo"].ppo.critic_minibatches == 4 and ESTIMATORS["easyppo"].ppo.finished_actor_only
+    assert ESTIMATORS["ppo"].ppo == ESTIMATORS["tppo"].ppo  # plain: every option off
+    assert not TempoConfig(advantage_estimator="bpco", task="letters").validate().multi_turn

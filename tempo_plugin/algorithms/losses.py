@@ -54,13 +54,18 @@ def clipped_policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
+    eps_low: float | torch.Tensor = 0.2,
+    eps_high: float | torch.Tensor = 0.2,
 ) -> PolicyLossOutput:
-    """All inputs are [B, T]; ``loss_mask`` is 1 on trained tokens. Returns scalar tensors."""
+    """All inputs are [B, T]; ``loss_mask`` is 1 on trained tokens; ``eps_low`` and ``eps_high`` are
+    numbers or [B, T] tensors (per token: BPCO's divergence clipping). Returns scalar tensors."""
     mask, log_ratio, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
     unclipped = -ratio * advantages
-    clipped = -torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    if isinstance(eps_low, torch.Tensor) or isinstance(eps_high, torch.Tensor):
+        low, high = 1.0 - torch.as_tensor(eps_low), 1.0 + torch.as_tensor(eps_high)
+        clipped = -torch.minimum(torch.maximum(ratio, low), high) * advantages
+    else:
+        clipped = -torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
     per_token = torch.maximum(unclipped, clipped)
     tokens_per_sample = mask.sum(dim=1).clamp(min=1.0)
     has_tokens = (mask.sum(dim=1) > 0).to(logprobs.dtype)

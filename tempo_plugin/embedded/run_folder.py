@@ -268,9 +268,11 @@ def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: 
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if cfg.activation_checkpointing:
         set_activation_checkpointing(model, True)
-    gate = cfg.trajectory_kl_gate if ESTIMATORS[cfg.advantage_estimator].trajectory_gate else None
+    estimator = ESTIMATORS[cfg.advantage_estimator]
+    gate = cfg.trajectory_kl_gate if estimator.trajectory_gate else None
     return PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
-                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss, gate)
+                         cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss, gate,
+                         estimator.ppo.divergence_clip)
 
 
 def metrics_logs(cfg: TempoConfig, out: Path, keep_updates_below: int | None = None) -> tuple[MetricsLog, WandbRun | None]:

@@ -8,6 +8,10 @@ each scored R in {0, 1} by the task's verifier. Advantages per --advantage-estim
            (A, ret) = GAE(r, V; gamma, lambd);   critic loss = mean_t (V_t - ret_t)^2 / 2
     tppo:  V_t = sigmoid(sum_{i<=t} f_i)  (algorithms/tppo.py); (A, ret) = GAE(r, V; gamma, lambd)
            critic loss = BCE-with-logits(z_t, R), per-sample token mean
+    bpco, easyppo: ppo with the estimator's PPOOptions (algorithms/ppo_variants.py): V_t in [0, 1],
+           A = GAE(r, V; gamma, 1 - 1/(alpha L)), ret = GAE(r, V; gamma, 1), divergence clipping
+           (bpco); only finished responses train the actor, critic loss weighted w_x = 1/max(sigma_x,
+           0.1), 4 critic steps per pass each clipped on its own (easyppo)
 
 The actor takes one clipped policy-gradient step on A (slime's surrogate, ``PolicyTrainer``). For
 PPO and TPPO the critic is a separate model (``critic/value_model.py``) with its own optimiser,
@@ -31,6 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from tempo_plugin.algorithms.grpo import grpo_advantages
+from tempo_plugin.algorithms.ppo_variants import adaptive_lambda, noise_weights, split_evenly
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
 from tempo_plugin.critic.value_model import ValueModel, save_value_model, token_increments, value_model_from_policy
 from tempo_plugin.embedded.lora import apply_lora, save_model
@@ -75,6 +80,7 @@ class Response:
     logprobs: list[float]
     text: str
     reward: float
+    finished: bool = True  # ended by a stop token, not cut at --max-assistant-tokens
 
 
 def make_task(cfg: TempoConfig) -> Any:
@@ -96,7 +102,7 @@ def sample_responses(
     completions = sampler.generate(requests, params, seed=seed)
     return [
         Response(i // n, prompts[i // n], list(c.token_ids), list(c.logprobs), c.text,
-                 float(task.reward(c.text, problems[i // n].label)))
+                 float(task.reward(c.text, problems[i // n].label)), c.finish_reason == "stop")
         for i, c in enumerate(completions)
     ]
 
@@ -115,6 +121,12 @@ def values_from_outputs(estimator: str, outputs: torch.Tensor) -> torch.Tensor:
     return reconstruct_values(outputs) if ESTIMATORS[estimator].value_readout == LOGIT_SUM else outputs
 
 
+def actor_lambda(cfg: TempoConfig, length: int) -> float:
+    """The actor's GAE lambda: --lambd, or BPCO's 1 - 1/(alpha L) for a response of L tokens."""
+    alpha = ESTIMATORS[cfg.advantage_estimator].ppo.lambda_alpha
+    return cfg.lambd if alpha is None else adaptive_lambda(length, alpha)
+
+
 def terminal_rewards(response: Response, like: torch.Tensor) -> torch.Tensor:
     rewards = torch.zeros_like(like)
     rewards[-1] = response.reward
@@ -122,11 +134,14 @@ def terminal_rewards(response: Response, like: torch.Tensor) -> torch.Tensor:
 
 
 def critic_loss(estimator: str, outputs: Sequence[torch.Tensor], responses: Sequence[Response],
-                returns: Sequence[torch.Tensor]) -> torch.Tensor:
+                returns: Sequence[torch.Tensor], weights: Sequence[float] | None = None) -> torch.Tensor:
+    """The mean over responses of each one's loss, times its weight (EasyPPO's w_x; None: 1)."""
     if ESTIMATORS[estimator].value_readout == LOGIT_SUM:
         losses = [value_bce_loss(f, r.reward) for f, r in zip(outputs, responses)]
     else:
         losses = [0.5 * ((f - ret) ** 2).mean() for f, ret in zip(outputs, returns)]
+    if weights is not None:
+        losses = [loss * w for loss, w in zip(losses, weights)]
     return torch.stack(losses).mean()
 
 
@@ -137,7 +152,7 @@ def micro_batches(responses: Sequence[Response], tokens_per_micro_batch: int) ->
 
 def critic_step(
     critic: ValueModel, optimizer: torch.optim.Optimizer, estimator: str, chunks: Sequence[Sequence[Response]],
-    returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float,
+    returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float, weights: Sequence[float] | None = None,
 ) -> float:
     """One optimiser step on the critic loss (mean over all responses), accumulated chunk by chunk;
     returns the loss before the step."""
@@ -146,7 +161,9 @@ def critic_step(
     loss_value, start = 0.0, 0
     for chunk in chunks:
         outputs = critic_outputs(critic, chunk, pad_id)
-        loss = critic_loss(estimator, outputs, chunk, returns[start:start + len(chunk)]) * (len(chunk) / total)
+        part = slice(start, start + len(chunk))
+        loss = critic_loss(estimator, outputs, chunk, returns[part], None if weights is None else weights[part])
+        loss = loss * (len(chunk) / total)
         loss.backward()
         loss_value += loss.item()
         start += len(chunk)
@@ -158,13 +175,27 @@ def critic_step(
 def critic_update(
     critic: ValueModel, optimizer: torch.optim.Optimizer, estimator: str, chunks: Sequence[Sequence[Response]],
     returns: Sequence[torch.Tensor], pad_id: int, grad_clip: float, epochs: int = 1,
+    weights: Sequence[float] | None = None, minibatches: int = 1, tokens_per_micro_batch: int = 0,
 ) -> float:
-    """``epochs`` critic steps on one batch; returns the first step's loss (the critic's loss before
-    this batch trained it)."""
+    """``epochs`` passes over one batch; a pass is one critic step on all of it, or with
+    ``minibatches`` > 1 one step per consecutive share of its responses (EasyPPO), each share's
+    gradient clipped on its own. Returns the first pass's loss (the critic's loss before this batch
+    trained it; with minibatches, the mean of its shares' first losses)."""
     critic.train()
-    losses = [critic_step(critic, optimizer, estimator, chunks, returns, pad_id, grad_clip) for _ in range(epochs)]
+    if minibatches == 1:
+        parts = [(list(chunks), list(returns), weights)]
+    else:
+        responses = [r for chunk in chunks for r in chunk]
+        parts = [(micro_batches([responses[i] for i in share], tokens_per_micro_batch), [returns[i] for i in share],
+                  None if weights is None else [weights[i] for i in share])
+                 for share in split_evenly(len(responses), minibatches)]
+    first = []
+    for epoch in range(epochs):
+        losses = [critic_step(critic, optimizer, estimator, part, rets, pad_id, grad_clip, w) for part, rets, w in parts]
+        if epoch == 0:
+            first = losses
     critic.eval()
-    return losses[0]
+    return statistics.fmean(first)
 
 
 def explained_variance(values: Sequence[torch.Tensor], responses: Sequence[Response]) -> float | None:
@@ -225,6 +256,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         print(f"measuring the base policy's accuracy on {cfg.eval_games} held-out problems ...", flush=True)
         log.log({"phase": "eval", "update": -1, ACCURACY: accuracy(sampler, protocol, task, cfg, params)})
 
+    options = ESTIMATORS[cfg.advantage_estimator].ppo
     warmup = cfg.warmup_updates if uses_critic else 0
     total = warmup + cfg.td_updates
     name = cfg.advantage_estimator.upper()
@@ -246,10 +278,16 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             with torch.no_grad():
                 outputs = [f for chunk in chunks for f in critic_outputs(critic, chunk, tokenizer.pad_token_id)]
             values = [values_from_outputs(cfg.advantage_estimator, f) for f in outputs]
-            pairs = [gae(terminal_rewards(r, v), v, cfg.gamma, cfg.lambd) for r, v in zip(responses, values)]
-            advantages = [a for a, _ in pairs]
-            loss = critic_update(critic, critic_optimizer, cfg.advantage_estimator, chunks, [ret for _, ret in pairs],
-                                 tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs)
+            if options.bounded_values:
+                values = [v.clamp(0.0, 1.0) for v in values]
+            advantages = [gae(terminal_rewards(r, v), v, cfg.gamma, actor_lambda(cfg, len(r.response_ids)))[0]
+                          for r, v in zip(responses, values)]
+            critic_lambda = 1.0 if options.lambda_alpha is not None else cfg.lambd
+            returns = [gae(terminal_rewards(r, v), v, cfg.gamma, critic_lambda)[1] for r, v in zip(responses, values)]
+            weights = noise_weights([r.reward for r in responses], cfg.branches) if options.noise_weighted_critic else None
+            loss = critic_update(critic, critic_optimizer, cfg.advantage_estimator, chunks, returns,
+                                 tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs, weights,
+                                 options.critic_minibatches, cfg.train_tokens_per_micro_batch)
             metrics["critic/explained_variance"] = explained_variance(values, responses)
             metrics["critic/value_mean"] = torch.cat(values).mean().item()
             metrics["critic/bce" if ESTIMATORS[cfg.advantage_estimator].value_readout == LOGIT_SUM else "critic/mse"] = loss
@@ -257,7 +295,10 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         metrics["actor/adv_mean"] = flat.mean().item()
         metrics["actor/adv_abs_mean"] = flat.abs().mean().item()
         if phase == "train":
-            metrics.update(trainer.step(actor_samples(responses, advantages)))
+            trained = [(r, a) for r, a in zip(responses, advantages) if r.finished or not options.finished_actor_only]
+            if options.finished_actor_only:
+                metrics["actor/truncated_responses"] = float(len(responses) - len(trained))  # critic-only
+            metrics.update(trainer.step(actor_samples([r for r, _ in trained], [a for _, a in trained])))
         metrics["time/rollout"] = rollout_seconds
         metrics["time/update"] = time.perf_counter() - tic
         log.log(metrics)

@@ -47,6 +47,7 @@ class PolicyTrainer:
     tokens_per_micro_batch: int = 16384
     policy_loss: str = "ppo"  # or importance_sampling: unclipped, summed over tokens (config.py)
     trajectory_kl_gate: float | None = None  # FlashREINFORCE's delta (algorithms/flash_reinforce.py); None: no gate
+    divergence_clip: bool = False  # BPCO: the ratio clipped to [1 - eps/p_t, 1 + eps/p_t], p_t the sampler's probability
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -88,9 +89,12 @@ class PolicyTrainer:
                 out = importance_sampling_loss(logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask)
                 share = 1.0  # a sum over all samples' tokens: micro-batches add up
             else:
+                eps_low, eps_high = self.eps_clip, self.eps_clip_high
+                if self.divergence_clip:  # a probability change of at most eps, whatever p_t
+                    sampler_p = tensors["old_logprobs"].exp()
+                    eps_low, eps_high = eps_low / sampler_p, eps_high / sampler_p
                 out = clipped_policy_loss(
-                    logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask,
-                    self.eps_clip, self.eps_clip_high,
+                    logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask, eps_low, eps_high,
                 )
                 share = kept / total  # a mean over samples
             policy_loss = out.loss * share
