@@ -137,7 +137,8 @@ class TempoConfig:
                 "games drawn by priority from --train-games); cope (multi-turn GRPO plus forecasting the successful "
                 "episodes' actions); ppo, tppo (single-turn, --task); bpco, easyppo (single-turn PPO with BPCO's "
                 "length-adaptive lambda, bounded values and divergence clipping, or EasyPPO's truncation filter, "
-                "noise-weighted critic and per-minibatch critic clipping)",
+                "noise-weighted critic and per-minibatch critic clipping); sao (single-turn PPO "
+                "with ratio-band token masking, 2 critic passes, the critic's attention frozen; use --branches 1)",
         "choices": tuple(ESTIMATORS)})
     trajectory_kl_gate: float = field(default=0.01, metadata={
         "help": "FlashREINFORCE: train an episode only while the mean Bernoulli KL between the sampler's and the "

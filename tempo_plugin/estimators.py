@@ -62,6 +62,9 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("easyppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="EasyPPO",
               value_readout=DIRECT, ppo=PPOOptions(finished_actor_only=True, noise_weighted_critic=True,
                                                    critic_minibatches=4)),
+    Estimator("sao", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="SAO",
+              value_readout=DIRECT, needs_groups=False,
+              ppo=PPOOptions(ratio_band_mask=True, critic_passes=2, freeze_critic_attention=True)),
     Estimator("tppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="TPPO",
               value_readout=LOGIT_SUM),
 )}

@@ -91,7 +91,7 @@ def test_config_choices_and_errors():
         TempoConfig(lambd=1.5).validate()
 
 
-@pytest.mark.parametrize("estimator", ["tppo", "ppo", "grpo", "bpco", "easyppo"])
+@pytest.mark.parametrize("estimator", ["tppo", "ppo", "grpo", "bpco", "easyppo", "sao"])
 def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     """The trainer CLI on the tiny Countdown model (short bootstrap): outputs and metrics exist."""
     from tempo_plugin import train

@@ -352,3 +352,34 @@ def test_the_ppo_variants_are_registered_single_turn():
     assert ESTIMATORS["easyppo"].ppo.critic_minibatches == 4 and ESTIMATORS["easyppo"].ppo.finished_actor_only
     assert ESTIMATORS["ppo"].ppo == ESTIMATORS["tppo"].ppo  # plain: every option off
     assert not TempoConfig(advantage_estimator="bpco", task="letters").validate().multi_turn
+
+
+# -------------------------------------------------------------------------------------------- SAO
+
+def test_sao_masks_tokens_outside_the_band_instead_of_clipping():
+    from tempo_plugin.algorithms.losses import ratio_masked_policy_loss
+
+    # ratios 1.1 (inside 0.8..1.2: l = -1.1 A) and 1.5 (outside: l = 0, where clipping gives -1.2 A); A = 2
+    old = torch.zeros(1, 2)
+    new = torch.log(torch.tensor([[1.1, 1.5]]))
+    out = ratio_masked_policy_loss(new, old, torch.full((1, 2), 2.0), torch.ones(1, 2))
+    assert out.loss.item() == pytest.approx((-1.1 * 2 + 0.0) / 2, rel=1e-6)
+    assert out.clip_fraction.item() == pytest.approx(0.5)
+    # the masked token has no gradient at all, whatever the sign of A
+    new.requires_grad_(True)
+    ratio_masked_policy_loss(new, old, torch.full((1, 2), -2.0), torch.ones(1, 2)).loss.backward()
+    assert new.grad[0, 1].item() == 0.0 and new.grad[0, 0].item() != 0.0
+
+
+def test_sao_freezes_the_critics_attention(tiny_model):
+    from tempo_plugin.critic.value_model import freeze_attention, value_model_from_policy
+
+    critic = value_model_from_policy(tiny_model)
+    layers = tiny_model.config.num_hidden_layers
+    frozen = freeze_attention(critic)
+    assert frozen == 6 * layers  # q, k, v, o projections and the q, k norms of every layer
+    assert all(not p.requires_grad for n, p in critic.named_parameters() if "self_attn" in n)
+    assert all(p.requires_grad for n, p in critic.named_parameters() if "self_attn" not in n)
+    sao = ESTIMATORS["sao"]
+    assert sao.ppo.ratio_band_mask and sao.ppo.critic_passes == 2 and not sao.needs_groups
+    assert TempoConfig(advantage_estimator="sao", task="letters", branches=1).validate().branches == 1

@@ -78,6 +78,28 @@ def clipped_policy_loss(
     return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
 
 
+def ratio_masked_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> PolicyLossOutput:
+    """SAO's token masking: l_t = -w_t A_t with w_t = rho_t 1[1 - eps_low < rho_t < 1 + eps_high]
+    (outside the band a token contributes nothing, whatever the sign of A); aggregated like the
+    clipped loss. ``clip_fraction`` is the share of loss tokens masked out."""
+    mask, _, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
+    inside = ((ratio > 1.0 - eps_low) & (ratio < 1.0 + eps_high)).to(mask.dtype)
+    per_token = -ratio * inside * advantages
+    has_tokens = (mask.sum(dim=1) > 0).to(logprobs.dtype)
+    per_sample = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    loss = (per_sample * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    with torch.no_grad():
+        masked_out = ((1.0 - inside) * mask).sum() / mask.sum().clamp(min=1.0)
+    return PolicyLossOutput(loss=loss, clip_fraction=masked_out, approx_kl=approx_kl)
+
+
 def importance_sampling_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

@@ -1,4 +1,4 @@
-"""Two PPO variants from the survey, as changes to single-turn PPO (section 5 of docs/algorithms.md).
+"""Three PPO variants from the survey, as changes to single-turn PPO (section 5 of docs/algorithms.md).
 
 BPCO (a grounded critic, a length-adaptive lambda, divergence clipping). For a response of L tokens
 with outcome R in [R_min, R_max] = [0, 1]:
@@ -17,6 +17,12 @@ EasyPPO (a critic that learns E[R | s] without noise taking over):
     w_x = 1 / max(sigma_x, EASYPPO_SIGMA_FLOOR)                 sigma_x the return std of prompt x's N responses
     L_V = mean_{x,i,t} w_x (V(s_{i,t}) - R_i)^2 / 2             weights normalised to mean 1 over the batch
     g_clip = g min(1, c / |g|)                                  per critic minibatch, each its own step
+
+SAO (one response per prompt against a learned baseline, run with --branches 1):
+
+    w_t = rho_t 1[1 - eps_low < rho_t < 1 + eps_high]           l_t = -w_t A_t (losses.ratio_masked_policy_loss)
+    A   = GAE(r, V; gamma, lambd)                               no observation tokens in a single turn: plain GAE
+    the critic's attention layers frozen, SAO_CRITIC_PASSES x --critic-epochs critic steps per actor update
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ class PPOOptions:
     finished_actor_only: bool = False  # EasyPPO: responses cut at the length limit train the critic only
     noise_weighted_critic: bool = False  # EasyPPO: w_x = 1 / max(sigma_x, floor)
     critic_minibatches: int = 1  # EasyPPO: critic steps per pass, each on its share with its own clip
+    ratio_band_mask: bool = False  # SAO: tokens whose ratio leaves the band get no gradient at all
+    critic_passes: int = 1  # SAO: 2 critic passes (x --critic-epochs) per actor update
+    freeze_critic_attention: bool = False  # SAO: the critic trains everything but its attention layers
 
 
 def adaptive_lambda(length: int, alpha: float) -> float:

@@ -58,6 +58,15 @@ def value_model_from_policy(policy: Any, init: str = "zero", std: float = 1e-3) 
     return critic.to(next(policy.parameters()).device)
 
 
+def freeze_attention(critic: ValueModel) -> int:
+    """Stop training the critic's attention layers (parameters under a ``self_attn`` module, as in
+    Llama-, Qwen- and SmolLM-style models); returns how many tensors were frozen."""
+    frozen = [p for name, p in critic.named_parameters() if ".self_attn." in f".{name}"]
+    for parameter in frozen:
+        parameter.requires_grad_(False)
+    return len(frozen)
+
+
 def token_increments(critic: ValueModel, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
     """[B, T]: column t is the head output at position t - 1, i.e. at the prefix before token t
     (column 0 is 0), aligned with ``trainer.token_logprobs``."""

@@ -11,7 +11,8 @@ each scored R in {0, 1} by the task's verifier. Advantages per --advantage-estim
     bpco, easyppo: ppo with the estimator's PPOOptions (algorithms/ppo_variants.py): V_t in [0, 1],
            A = GAE(r, V; gamma, 1 - 1/(alpha L)), ret = GAE(r, V; gamma, 1), divergence clipping
            (bpco); only finished responses train the actor, critic loss weighted w_x = 1/max(sigma_x,
-           0.1), 4 critic steps per pass each clipped on its own (easyppo)
+           0.1), 4 critic steps per pass each clipped on its own (easyppo); sao: tokens whose ratio
+           leaves the clip band get no gradient, the critic's attention frozen, 2 critic passes
 
 The actor takes one clipped policy-gradient step on A (slime's surrogate, ``PolicyTrainer``). For
 PPO and TPPO the critic is a separate model (``critic/value_model.py``) with its own optimiser,
@@ -37,7 +38,13 @@ import torch
 from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.ppo_variants import adaptive_lambda, noise_weights, split_evenly
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
-from tempo_plugin.critic.value_model import ValueModel, save_value_model, token_increments, value_model_from_policy
+from tempo_plugin.critic.value_model import (
+    ValueModel,
+    freeze_attention,
+    save_value_model,
+    token_increments,
+    value_model_from_policy,
+)
 from tempo_plugin.embedded.lora import apply_lora, save_model
 from tempo_plugin.embedded.model import resolve_device
 from tempo_plugin.samplers.local import LocalSampler
@@ -244,7 +251,12 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     uses_critic = ESTIMATORS[cfg.advantage_estimator].critic == VALUE_MODEL
     # the critic copies the plain backbone before any LoRA wrapping: it trains in full
     critic = value_model_from_policy(model, init=cfg.critic_init) if uses_critic else None
-    critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate) if critic else None
+    if critic is not None and ESTIMATORS[cfg.advantage_estimator].ppo.freeze_critic_attention:
+        if not freeze_attention(critic):
+            raise ConfigError(f"--advantage-estimator {cfg.advantage_estimator} freezes the critic's attention layers, "
+                              f"but --model {cfg.model or 'tiny'} has no self_attn modules")
+    critic_optimizer = (torch.optim.AdamW([p for p in critic.parameters() if p.requires_grad], lr=cfg.critic_learning_rate)
+                        if critic else None)
     if cfg.lora_rank:
         model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, base=cfg.model)
     protocol = ChatProtocol(tokenizer)
@@ -286,7 +298,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             returns = [gae(terminal_rewards(r, v), v, cfg.gamma, critic_lambda)[1] for r, v in zip(responses, values)]
             weights = noise_weights([r.reward for r in responses], cfg.branches) if options.noise_weighted_critic else None
             loss = critic_update(critic, critic_optimizer, cfg.advantage_estimator, chunks, returns,
-                                 tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs, weights,
+                                 tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs * options.critic_passes, weights,
                                  options.critic_minibatches, cfg.train_tokens_per_micro_batch)
             metrics["critic/explained_variance"] = explained_variance(values, responses)
             metrics["critic/value_mean"] = torch.cat(values).mean().item()

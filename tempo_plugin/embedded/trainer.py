@@ -24,7 +24,12 @@ from typing import Any, Sequence
 import torch
 
 from tempo_plugin.algorithms.flash_reinforce import trajectory_gate
-from tempo_plugin.algorithms.losses import clipped_policy_loss, importance_sampling_loss, value_cross_entropy
+from tempo_plugin.algorithms.losses import (
+    clipped_policy_loss,
+    importance_sampling_loss,
+    ratio_masked_policy_loss,
+    value_cross_entropy,
+)
 from tempo_plugin.logprobs import shareable_prefix, token_logprobs
 from tempo_plugin.rollout.batches import collate, first_loss_column, micro_batches
 from tempo_plugin.rollout.samples import FORECAST, VALUE, TrainSample
@@ -48,6 +53,7 @@ class PolicyTrainer:
     policy_loss: str = "ppo"  # or importance_sampling: unclipped, summed over tokens (config.py)
     trajectory_kl_gate: float | None = None  # FlashREINFORCE's delta (algorithms/flash_reinforce.py); None: no gate
     divergence_clip: bool = False  # BPCO: the ratio clipped to [1 - eps/p_t, 1 + eps/p_t], p_t the sampler's probability
+    ratio_mask: bool = False  # SAO: tokens whose ratio leaves [1 - eps, 1 + eps] get no gradient (no clipping)
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -93,9 +99,8 @@ class PolicyTrainer:
                 if self.divergence_clip:  # a probability change of at most eps, whatever p_t
                     sampler_p = tensors["old_logprobs"].exp()
                     eps_low, eps_high = eps_low / sampler_p, eps_high / sampler_p
-                out = clipped_policy_loss(
-                    logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask, eps_low, eps_high,
-                )
+                loss_of = ratio_masked_policy_loss if self.ratio_mask else clipped_policy_loss
+                out = loss_of(logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask, eps_low, eps_high)
                 share = kept / total  # a mean over samples
             policy_loss = out.loss * share
             if is_forecast.any():
