@@ -1,6 +1,7 @@
-"""TPPO, PPO and GRPO on the tiny letters task at an equal number of sampled responses.
+"""TPPO, PPO, GRPO and the survey's PPO variants (BPCO, EasyPPO, SAO) on the tiny letters task at an
+equal number of sampled responses.
 
-    .venv/bin/python bench/single_turn.py [--seeds 0 1 2] [--methods TPPO PPO GRPO] [--jobs 2 --threads 1]
+    .venv/bin/python bench/single_turn.py [--seeds 0 1 2] [--methods TPPO PPO GRPO BPCO EasyPPO SAO] [--jobs 2 --threads 1]
 
 Every run is ``bash scripts/tiny/tppo.sh --advantage-estimator {tppo,ppo,grpo} --seed N`` (the same
 settings and the same tiny bootstrapped model per seed for the three methods). TPPO and PPO sample
@@ -59,6 +60,8 @@ def method_args(method: str) -> list[str]:
     args = ["--advantage-estimator", METHODS[method]]
     if METHODS[method] == "grpo":  # no critic, no warm-up: the critic-only batches become actor updates
         args += ["--warmup-updates", "0", "--td-updates", str(script_setting("--warmup-updates") + script_setting("--td-updates"))]
+    if METHODS[method] == "sao":  # one response per problem, as many problems: the same responses per update
+        args += ["--branches", "1", "--states-per-batch", str(script_setting("--states-per-batch") * script_setting("--branches"))]
     return args
 
 
