@@ -3,11 +3,12 @@ equal number of sampled responses.
 
     .venv/bin/python bench/single_turn.py [--seeds 0 1 2] [--methods TPPO PPO GRPO BPCO EasyPPO SAO] [--jobs 2 --threads 1]
 
-Every run is ``bash scripts/tiny/tppo.sh --advantage-estimator {tppo,ppo,grpo} --seed N`` (the same
-settings and the same tiny bootstrapped model per seed for the three methods). TPPO and PPO sample
+Every run is ``bash scripts/tiny/tppo.sh --advantage-estimator <method> --seed N`` (the same
+settings and the same tiny bootstrapped model per seed for every method). The critic methods sample
 ``--warmup-updates`` critic-only batches and then ``--td-updates`` joint ones; GRPO has no critic, so
-it gets ``--td-updates`` = their sum and every method samples the same number of responses (the
-numbers are read from the script, one place). It then writes, under ``--out``:
+it gets ``--td-updates`` = their sum, and SAO answers each problem once with S x N problems per update:
+every method samples the same number of responses (the numbers are read from the script, one
+place). It then writes, under ``--out``:
 
 - ``single_turn.png``: training accuracy (the batch's share of right answers, over its S x N responses,
   smoothed over 5 updates) and the critic's explained variance against sampled responses, mean over
