@@ -90,17 +90,28 @@ def record_key(out: Path, key: dict) -> None:
     (out / RUN_KEY_FILE).write_text(json.dumps(key, indent=1))
 
 
-def reusable(out: Path, key: dict) -> bool:
-    """A finished run (``summary.json``) whose recorded key equals ``key``. A setting the recorded
-    key lacks was added after the run, which then ran as its default does: it matches the default."""
+def made_with(out: Path, key: dict) -> bool:
+    """Whether the run folder ``out`` was made with ``key``. A setting its recorded key lacks was
+    added after the run, which then ran as its default does: it matches the default."""
     key_file = out / RUN_KEY_FILE
-    if not ((out / "summary.json").is_file() and key_file.is_file()):
+    if not key_file.is_file():
         return False
     recorded = json.loads(key_file.read_text())
     defaults = TempoConfig().to_dict()
     settings = {name: value for name, value in key["settings"].items()
                 if name in recorded.get("settings", {}) or value != defaults.get(name)}
     return recorded == {**key, "settings": settings}
+
+
+def reusable(out: Path, key: dict) -> bool:
+    """A finished run (``summary.json``) made with ``key``."""
+    return (out / "summary.json").is_file() and made_with(out, key)
+
+
+def resumable(out: Path, key: dict) -> bool:
+    """An interrupted run made with ``key`` that saved a checkpoint: ``--resume`` continues it."""
+    return not (out / "summary.json").is_file() and (out / "checkpoints" / "latest" / "progress.json").is_file() \
+        and made_with(out, key)
 
 
 REUSED_FILES = ("metrics.jsonl", "summary.json", "config.yaml", "critic_values.jsonl", RUN_KEY_FILE)
@@ -130,22 +141,28 @@ def reuse_from(source: Path, out: Path, trainer_args: Sequence[str]) -> bool:
 
 def run_trainer(label: str, out: Path, trainer_args: list[str], threads: int) -> Path:
     """Train into ``out`` with ``trainer_args`` (its log beside it), unless a finished run made with
-    the same key is there already."""
+    the same key is there already; an interrupted one with the same key continues from its last
+    checkpoint (``--resume``)."""
     command = [sys.executable, "-m", "tempo_plugin.train", *trainer_args, "--out", str(out)]
     key = run_key(trainer_args)
     if reusable(out, key):
         print(f"{label}: done before, reading {out}", flush=True)
         return out
-    if out.exists():
+    resume = resumable(out, key)
+    if resume:
+        command.append("--resume")
+        print(f"{label}: {out} was interrupted; continuing it from its last checkpoint", flush=True)
+    elif out.exists():
         import shutil
 
-        # interrupted, or made with other arguments or another bootstrap: start it again
+        # interrupted before its first checkpoint, or made with other arguments or another bootstrap
         print(f"{label}: {out} is unfinished or from other settings; running it again", flush=True)
         shutil.rmtree(out)
-    record_key(out, key)
+    if not resume:
+        record_key(out, key)
     print(f"{label}: {' '.join(command[1:])}", flush=True)
     tic = time.perf_counter()
-    with open(out.parent / f"{out.name}.log", "w") as log:
+    with open(out.parent / f"{out.name}.log", "a" if resume else "w") as log:
         subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
                        env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     print(f"{label}: {time.perf_counter() - tic:.0f} s", flush=True)

@@ -9,7 +9,7 @@ the memory settings, 4 games x 4 branches or episodes) with the method's own fla
 ``--max-env-steps`` (warm-up episodes and audits count), ``--eval-games`` held-out games before and
 after, and ``--warm-start-seed 0``: every seed starts from the same warm-started weights, so seeds
 differ in RL only. A finished run made with the same settings is read again, not rerun (as in
-bench/horizon.py); an interrupted one starts again. Each finished TEMPO run's critic is then
+bench/horizon.py); an interrupted one continues from its last checkpoint. Each finished TEMPO run's critic is then
 measured against Monte Carlo (``analysis/mc_critic``, ``--mc-games`` x ``--mc-samples``).
 
 Writes ``smollm2.md`` and ``smollm2.json`` under ``--out``: per method the held-out success before

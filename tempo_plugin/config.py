@@ -145,6 +145,9 @@ class TempoConfig:
                 "current policy's probabilities of its sampled tokens is at most this delta"})
     forecast_weight: float = field(default=0.1, metadata={
         "help": "CoPE: eta, the weight of the action-forecasting loss on each game's successful episodes"})
+    score_centering: int = field(default=0, metadata={
+        "help": "K > 0: StableReinforce's Monte-Carlo score centering, with any estimator: at every trained token K "
+                "tokens are drawn from the policy and the policy gradient subtracts the mean of their scores (0: off)"})
     train_games: int = field(default=0, metadata={
         "help": "training games: 0 plays a fresh game every time; P > 0 cycles through a pool of P games per seed "
                 "(SPO draws from it by priority)"})
@@ -346,6 +349,8 @@ class TempoConfig:
         if self.critic_weights == "separate" and ESTIMATORS[self.advantage_estimator].critic != GENERATIVE:
             raise ConfigError(f"--critic-weights separate: {self.advantage_estimator} has no generative critic "
                               "(TEMPO only); remove the flag")
+        if self.score_centering < 0:
+            raise ConfigError(f"--score-centering must be >= 0 (0: off; got {self.score_centering})")
         if self.train_games < 0:
             raise ConfigError(f"--train-games must be >= 0 (0: a fresh game every time; got {self.train_games})")
         if ESTIMATORS[self.advantage_estimator].tracker and self.train_games < self.states_per_batch:

@@ -88,31 +88,44 @@ def split_head(model: Any) -> tuple[Any, Any]:
     return decoder, head
 
 
-def picked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """[B, n] log-prob of ``targets`` under ``head(hidden) / temperature`` (``head`` None: ``hidden`` are the logits)."""
+def picked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    centre_samples: int = 0) -> torch.Tensor:
+    """[B, n] log-prob of ``targets`` under ``head(hidden) / temperature`` (``head`` None: ``hidden`` are the logits).
+    ``centre_samples`` K > 0: [B, n, 2], the log-prob and the mean log-prob of K tokens u_k drawn
+    from the same distribution at each position (without gradient through the draw; torch's global
+    generator, whose state a checkpointed recompute restores)."""
     logits = hidden if head is None else head(hidden)
     log_dist = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return log_dist.gather(-1, targets[..., None]).squeeze(-1)
+    picked = log_dist.gather(-1, targets[..., None]).squeeze(-1)
+    if centre_samples <= 0:
+        return picked
+    with torch.no_grad():
+        flat = log_dist.detach().exp().reshape(-1, log_dist.shape[-1])
+        draws = torch.multinomial(flat, centre_samples, replacement=True).reshape(*targets.shape, centre_samples)
+    return torch.stack([picked, log_dist.gather(-1, draws).mean(dim=-1)], dim=-1)
 
 
-def chunked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+def chunked_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                     centre_samples: int = 0) -> torch.Tensor:
     """``picked_logprobs`` over chunks of positions of at most LOGIT_CHUNK_ELEMENTS logits each; with
     gradients, a chunk's logits are computed again in the backward pass instead of kept."""
     rows, positions = targets.shape
     size = max(1, LOGIT_CHUNK_ELEMENTS // max(1, rows * head.weight.shape[0]))
     if size >= positions:
-        return picked_logprobs(head, hidden, targets, temperature)
+        return picked_logprobs(head, hidden, targets, temperature, centre_samples)
     pieces = []
     for start in range(0, positions, size):
-        chunk = (head, hidden[:, start:start + size], targets[:, start:start + size], temperature)
+        chunk = (head, hidden[:, start:start + size], targets[:, start:start + size], temperature, centre_samples)
         pieces.append(torch.utils.checkpoint.checkpoint(picked_logprobs, *chunk, use_reentrant=False)
                       if torch.is_grad_enabled() else picked_logprobs(*chunk))
     return torch.cat(pieces, dim=1)
 
 
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float,
-                   first: int = 1, shared: int | None = None) -> torch.Tensor:
-    """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0).
+                   first: int = 1, shared: int | None = None, centre_samples: int = 0) -> torch.Tensor:
+    """[B, T] log-prob of token t given tokens < t, for t >= ``first`` (earlier columns are 0);
+    with ``centre_samples`` K > 0, [B, T, 2]: beside it the mean log-prob of K tokens drawn at the
+    same position (score centering, ``picked_logprobs``).
 
     Only the logits that predict tokens ``first`` .. T-1 are computed, in chunks
     (``chunked_logprobs``) where the model's logits are its output layer of its last hidden state
@@ -141,7 +154,8 @@ def token_logprobs(model: Any, input_ids: torch.Tensor, attention: torch.Tensor,
         output = decoder(input_ids=input_ids, attention_mask=attention, use_cache=False, **to_keep)
     targets = input_ids[:, first:]
     if head is None:
-        picked = picked_logprobs(None, output.logits[:, -keep:-1, :], targets, temperature)
+        picked = picked_logprobs(None, output.logits[:, -keep:-1, :], targets, temperature, centre_samples)
     else:
-        picked = chunked_logprobs(head, output.last_hidden_state[:, -keep:-1, :], targets, temperature)
-    return torch.cat([torch.zeros_like(input_ids[:, :first], dtype=picked.dtype), picked], dim=1)
+        picked = chunked_logprobs(head, output.last_hidden_state[:, -keep:-1, :], targets, temperature, centre_samples)
+    leading = torch.zeros((input_ids.shape[0], first, *picked.shape[2:]), dtype=picked.dtype, device=picked.device)
+    return torch.cat([leading, picked], dim=1)

@@ -55,3 +55,25 @@ def test_an_unfinished_run_is_not_reused(tmp_path):
     folder = tmp_path / "interrupted"
     credit.record_key(folder, key)  # written before the run starts; no summary.json yet
     assert not credit.reusable(folder, key)
+
+
+def test_a_setting_added_after_a_run_matches_only_at_its_default(tmp_path):
+    key = credit.run_key(["--seed", "0"], tiny_version=12)
+    older = json.loads(json.dumps(key))
+    del older["settings"]["score_centering"]  # as a run recorded before the setting existed
+    assert credit.reusable(finished_run(tmp_path / "older", older), key)
+    centred = credit.run_key(["--seed", "0", "--score-centering", "8"], tiny_version=12)
+    assert not credit.reusable(tmp_path / "older", centred)  # the older run ran without it
+
+
+def test_an_interrupted_run_with_a_checkpoint_is_resumed_not_restarted(tmp_path):
+    key = credit.run_key(["--seed", "3"], tiny_version=12)
+    folder = tmp_path / "interrupted"
+    credit.record_key(folder, key)
+    assert not credit.resumable(folder, key)  # no checkpoint yet: start again
+    (folder / "checkpoints" / "latest").mkdir(parents=True)
+    (folder / "checkpoints" / "latest" / "progress.json").write_text("{}")
+    assert credit.resumable(folder, key)
+    assert not credit.resumable(folder, credit.run_key(["--seed", "4"], tiny_version=12))
+    (folder / "summary.json").write_text("{}")
+    assert not credit.resumable(folder, key) and credit.reusable(folder, key)  # finished: read, not resumed

@@ -46,7 +46,7 @@ def test_save_load_round_trip(tiny_model, tmp_path):
     with torch.no_grad():
         assert torch.equal(critic(ids, attention), loaded(ids, attention))
     assert all(torch.equal(p, q) for p, q in zip(policy.parameters(), tiny_model.parameters()))  # policy untouched
-    with pytest.raises(ValueError, match="one of ppo, tppo, got .grpo."):
+    with pytest.raises(ValueError, match="one of ppo, bpco, easyppo, sao, tppo, got .grpo."):
         save_value_model(critic, tmp_path / "bad", "grpo")
     (tmp_path / "critic" / "critic.json").write_text(json.dumps({"estimator": "tppo", "hidden_size": 64}))
     with pytest.raises(ValueError, match="hidden size 64"):

@@ -91,7 +91,7 @@ def test_flash_reinforce_centres_on_the_batch_so_an_all_won_game_still_trains(to
         assert sample.role == ACTOR
         trained = [a for a, m in zip(sample.advantages, sample.loss_mask) if m]
         assert trained == pytest.approx([advantage] * len(trained))
-    assert batch.metrics["train/forecast_samples"] == 0.0
+    assert "train/forecast_samples" not in batch.metrics  # no forecasts: GRPO's metrics stay as they were
     # GRPO on the same episodes: game 0 is degenerate (no samples), game 2 gives +-1
     assert len(_rollout(tokenizer, protocol, "grpo", wrong_first={4, 5}).episode_update(0, [0, 2]).samples) == 4
 
@@ -383,3 +383,60 @@ def test_sao_freezes_the_critics_attention(tiny_model):
     sao = ESTIMATORS["sao"]
     assert sao.ppo.ratio_band_mask and sao.ppo.critic_passes == 2 and not sao.needs_groups
     assert TempoConfig(advantage_estimator="sao", task="letters", branches=1).validate().branches == 1
+
+
+# ------------------------------------------------------------------ score centering (StableReinforce)
+
+def test_centring_leaves_only_the_chosen_and_drawn_tokens_in_the_logit_gradient():
+    from tempo_plugin.logprobs import picked_logprobs
+
+    torch.manual_seed(3)
+    logits = torch.randn(1, 1, 12, requires_grad=True)
+    target, advantage, k = torch.tensor([[4]]), 0.7, 8
+    both = picked_logprobs(None, logits, target, 1.0, centre_samples=k)
+    assert both.shape == (1, 1, 2)
+    assert both[..., 0].item() == pytest.approx(picked_logprobs(None, logits, target, 1.0).item())
+    (-advantage * both[..., 0] + advantage * both[..., 1]).sum().backward()
+    grad = logits.grad[0, 0]
+    # -A (e_a - (1/K) sum_k e_{u_k}): the dense -p term cancels, entries are multiples of A / K, sum 0
+    assert grad.sum().item() == pytest.approx(0.0, abs=1e-6)
+    counts = torch.round(grad / (advantage / k))
+    assert torch.allclose(grad, counts * advantage / k, atol=1e-6)
+    drawn = counts.clone()
+    drawn[4] += k  # the chosen token's -A e_a, taken out: what is left counts the draws
+    assert drawn.sum().item() == k and (drawn >= 0).all()
+
+
+def test_centring_is_unbiased_its_mean_gradient_is_the_plain_one():
+    from tempo_plugin.logprobs import picked_logprobs
+
+    torch.manual_seed(4)
+    base = torch.randn(1, 1, 6)
+    target = torch.tensor([[2]])
+    plain = base.clone().requires_grad_(True)
+    (-picked_logprobs(None, plain, target, 1.0)).sum().backward()  # -(e_a - p)
+    total = torch.zeros(6)
+    for _ in range(2000):
+        logits = base.clone().requires_grad_(True)
+        both = picked_logprobs(None, logits, target, 1.0, centre_samples=8)
+        (-both[..., 0] + both[..., 1]).sum().backward()
+        total += logits.grad[0, 0]
+    # centred: -(e_a - p) + mean_k (e_{u_k} - p) = -e_a + mean_k e_{u_k}, whose mean is -e_a + p: the plain gradient
+    assert torch.allclose(total / 2000, plain.grad[0, 0], atol=0.02)
+    assert not torch.allclose(logits.grad[0, 0], plain.grad[0, 0], atol=0.02)  # one draw is not the mean
+
+
+def test_a_centred_step_scores_the_same_tokens_and_moves_the_model(tokenizer, tiny_model):
+    prompt, action, tokens, mask, current = _sample_pair(tokenizer, tiny_model)
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        both = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0, first=len(prompt), centre_samples=8)
+        plain = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0, first=len(prompt))
+    assert both.shape == (1, len(tokens), 2) and torch.allclose(both[..., 0], plain)
+    sample = make_sample(tokens, mask, [lp if m else 0.0 for lp, m in zip(current, mask)], 0.7, ACTOR, 0, 1.0)
+    before = [p.detach().clone() for p in tiny_model.parameters()]
+    metrics = _sgd_trainer(tiny_model, tokenizer, score_centering=8).step([sample])
+    assert metrics["train/grad_norm"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
+    with pytest.raises(ConfigError, match="--score-centering"):
+        TempoConfig(score_centering=-1).validate()

@@ -34,6 +34,7 @@ class PolicyLossOutput:
     loss: torch.Tensor
     clip_fraction: torch.Tensor
     approx_kl: torch.Tensor
+    active: torch.Tensor | None = None  # [B, T] 1 where a token's policy gradient flows (not clipped, not masked)
 
 
 def _ratio_terms(
@@ -75,7 +76,9 @@ def clipped_policy_loss(
     with torch.no_grad():
         total = mask.sum().clamp(min=1.0)
         clip_fraction = (((unclipped < clipped).to(mask.dtype)) * mask).sum() / total
-    return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
+        inside = (ratio >= 1.0 - torch.as_tensor(eps_low)) & (ratio <= 1.0 + torch.as_tensor(eps_high))
+        active = ((unclipped > clipped) | inside).to(mask.dtype)
+    return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl, active=active)
 
 
 def ratio_masked_policy_loss(
@@ -97,7 +100,7 @@ def ratio_masked_policy_loss(
     loss = (per_sample * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
     with torch.no_grad():
         masked_out = ((1.0 - inside) * mask).sum() / mask.sum().clamp(min=1.0)
-    return PolicyLossOutput(loss=loss, clip_fraction=masked_out, approx_kl=approx_kl)
+    return PolicyLossOutput(loss=loss, clip_fraction=masked_out, approx_kl=approx_kl, active=inside)
 
 
 def importance_sampling_loss(
@@ -109,7 +112,24 @@ def importance_sampling_loss(
     """All inputs are [B, T]; the loss is summed over the loss tokens of all B samples (not averaged)."""
     mask, _, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
     loss = (-ratio * advantages * mask).sum()
-    return PolicyLossOutput(loss=loss, clip_fraction=torch.zeros((), dtype=logprobs.dtype), approx_kl=approx_kl)
+    return PolicyLossOutput(loss=loss, clip_fraction=torch.zeros((), dtype=logprobs.dtype), approx_kl=approx_kl,
+                            active=torch.ones_like(mask))
+
+
+def centred_score_loss(centre: torch.Tensor, advantages: torch.Tensor, loss_mask: torch.Tensor, active: torch.Tensor,
+                       summed: bool = False) -> torch.Tensor:
+    """Score centering (StableReinforce): with c_t = (1/K) sum_k log pi_theta(u_k | s_t), u_k drawn
+    from the policy at s_t, the term a_t A_t c_t (a_t: the token's gradient flows in the policy
+    loss) aggregated as that loss (a mean per sample, then over samples; ``summed``: a sum, as the
+    importance-sampling loss). Added to the policy loss, the gradient at rho = 1 becomes
+    -A_t (grad log pi(y_t) - (1/K) sum_k grad log pi(u_k)): on the logits, A (e_y - mean_k e_{u_k})."""
+    mask = loss_mask.to(centre.dtype)
+    per_token = active.detach() * advantages * centre * mask
+    if summed:
+        return per_token.sum()
+    has_tokens = (mask.sum(dim=1) > 0).to(centre.dtype)
+    per_sample = per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return (per_sample * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
 
 
 def value_cross_entropy(logprobs: torch.Tensor, weights: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

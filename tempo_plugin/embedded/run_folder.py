@@ -272,7 +272,7 @@ def policy_trainer(cfg: TempoConfig, model: Any, tokenizer: Any, learning_rate: 
     gate = cfg.trajectory_kl_gate if estimator.trajectory_gate else None
     return PolicyTrainer(model, optimizer, tokenizer.pad_token_id, cfg.temperature, cfg.eps_clip,
                          cfg.eps_clip_high, cfg.grad_clip, cfg.train_tokens_per_micro_batch, cfg.policy_loss, gate,
-                         estimator.ppo.divergence_clip, estimator.ppo.ratio_band_mask)
+                         estimator.ppo.divergence_clip, estimator.ppo.ratio_band_mask, cfg.score_centering)
 
 
 def metrics_logs(cfg: TempoConfig, out: Path, keep_updates_below: int | None = None) -> tuple[MetricsLog, WandbRun | None]:

@@ -25,6 +25,7 @@ import torch
 
 from tempo_plugin.algorithms.flash_reinforce import trajectory_gate
 from tempo_plugin.algorithms.losses import (
+    centred_score_loss,
     clipped_policy_loss,
     importance_sampling_loss,
     ratio_masked_policy_loss,
@@ -54,6 +55,7 @@ class PolicyTrainer:
     trajectory_kl_gate: float | None = None  # FlashREINFORCE's delta (algorithms/flash_reinforce.py); None: no gate
     divergence_clip: bool = False  # BPCO: the ratio clipped to [1 - eps/p_t, 1 + eps/p_t], p_t the sampler's probability
     ratio_mask: bool = False  # SAO: tokens whose ratio leaves [1 - eps, 1 + eps] get no gradient (no clipping)
+    score_centering: int = 0  # K > 0: StableReinforce's Monte-Carlo score centering with K draws per token
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """Accumulate the loss over all samples, clip, step. No samples: no step, empty metrics."""
@@ -73,7 +75,9 @@ class PolicyTrainer:
             first = first_loss_column(tensors["loss_mask"])
             shared = shareable_prefix(self.model, tensors["input_ids"], tensors["attention"], first)
             logprobs = token_logprobs(self.model, tensors["input_ids"], tensors["attention"], self.temperature, first,
-                                      shared)
+                                      shared, self.score_centering)
+            if self.score_centering:
+                logprobs, centre = logprobs[..., 0], logprobs[..., 1]
             model_tokens += sum(len(s.tokens) for s in batch) - (len(batch) - 1) * shared
             # cross-entropy rows (VALUE answers, CoPE's FORECAST episodes) and policy-gradient rows
             # share the forward pass
@@ -102,7 +106,11 @@ class PolicyTrainer:
                 loss_of = ratio_masked_policy_loss if self.ratio_mask else clipped_policy_loss
                 out = loss_of(logprobs, tensors["old_logprobs"], tensors["advantages"], policy_mask, eps_low, eps_high)
                 share = kept / total  # a mean over samples
-            policy_loss = out.loss * share
+            policy_loss = out.loss
+            if self.score_centering and kept:
+                policy_loss = policy_loss + centred_score_loss(centre, tensors["advantages"], policy_mask, out.active,
+                                                               summed=self.policy_loss == "importance_sampling")
+            policy_loss = policy_loss * share
             if is_forecast.any():
                 forecast_loss = value_cross_entropy(logprobs, tensors["advantages"], tensors["loss_mask"])[is_forecast].sum() / total
                 forecast_loss_sum += forecast_loss.item()

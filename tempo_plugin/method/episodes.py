@@ -104,7 +104,7 @@ class EpisodeUpdates(Play):
             **episode_metrics(branches, env_errors),
             "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
             "train/actor_samples": float(actor_samples),
-            "train/forecast_samples": float(len(samples) - actor_samples),
+            **({"train/forecast_samples": float(len(samples) - actor_samples)} if estimator.forecasts else {}),
             **tracker_metrics,
             "train/critic_samples": 0.0,
             "time/rollout": rollout_seconds,
