@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from tempo_plugin.metrics import last_quarter_mean, mean_std, read_metrics  # noqa: E402
 
 SCRIPT = ROOT / "scripts" / "tiny" / "tppo.sh"
-METHODS = {"TPPO": "tppo", "PPO": "ppo", "GRPO": "grpo", "BPCO": "bpco", "EasyPPO": "easyppo"}
+METHODS = {"TPPO": "tppo", "PPO": "ppo", "GRPO": "grpo", "BPCO": "bpco", "EasyPPO": "easyppo", "SAO": "sao"}
 ACCURACY = "eval/accuracy"
 EV = "critic/explained_variance"
 TRAIN_ACCURACY = "rollout/accuracy"
