@@ -132,8 +132,8 @@ class TempoConfig:
     advantage_estimator: str = field(default="tempo", metadata={
         "help": "tempo (multi-turn, --env); grpo (multi-turn on --env: N complete episodes per game, "
                 "or single-turn when --task is given); temporal_grpo (multi-turn on --env, group-relative "
-                "advantages per stage of the environment's milestones); flash_reinforce (multi-turn: batch-centred "
-                "returns, the Bernoulli-KL trajectory gate); spo (multi-turn: a per-game Beta tracker as the baseline, "
+                "advantages per stage of the environment's milestones); flash_reinforce (batch-centred returns and the "
+                "Bernoulli-KL trajectory gate, multi-turn on --env or single-turn with --task); spo (multi-turn: a per-game Beta tracker as the baseline, "
                 "games drawn by priority from --train-games); cope (multi-turn GRPO plus forecasting the successful "
                 "episodes' actions); ppo, tppo (single-turn, --task); bpco, easyppo (single-turn PPO with BPCO's "
                 "length-adaptive lambda, bounded values and divergence clipping, or EasyPPO's truncation filter, "

@@ -33,8 +33,8 @@ class Estimator:
     label: str  # how tables and messages name it
     stages: bool = False  # its advantages come from the environment's milestones (needs an env that has them)
     value_readout: str | None = None  # VALUE_MODEL: LOGIT_SUM or DIRECT
-    # complete-episode estimators without stages: (episode returns, episodes per game) -> advantages
-    episode_advantages: Callable[[Sequence[float], int], list[float]] | None = None
+    # critic-free estimators without stages: (episode returns or answer rewards, group size) -> advantages
+    outcome_advantages: Callable[[Sequence[float], int], list[float]] | None = None
     trajectory_gate: bool = False  # its trainer drops episodes whose mean Bernoulli KL exceeds --trajectory-kl-gate
     forecasts: bool = False  # successful episodes also train as action forecasts (--forecast-weight)
     tracker: bool = False  # a per-game Beta tracker is its baseline and picks its games (--train-games, --spo-discount)
@@ -45,16 +45,16 @@ class Estimator:
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("tempo", on_env=True, on_task=False, critic=GENERATIVE, slime_rollout="generate_rollout", label="TEMPO"),
     Estimator("grpo", on_env=True, on_task=True, critic=NO_CRITIC, slime_rollout="generate_grpo_rollout",
-              label="GRPO", episode_advantages=grpo_advantages),
+              label="GRPO", outcome_advantages=grpo_advantages),
     Estimator("temporal_grpo", on_env=True, on_task=False, critic=NO_CRITIC,
               slime_rollout="generate_temporal_grpo_rollout", label="Temporal GRPO", stages=True),
-    Estimator("flash_reinforce", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None,
-              label="FlashREINFORCE", episode_advantages=batch_centred_advantages, trajectory_gate=True,
+    Estimator("flash_reinforce", on_env=True, on_task=True, critic=NO_CRITIC, slime_rollout=None,
+              label="FlashREINFORCE", outcome_advantages=batch_centred_advantages, trajectory_gate=True,
               needs_groups=False),
     Estimator("spo", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="SPO", tracker=True,
               needs_groups=False),
     Estimator("cope", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="CoPE",
-              episode_advantages=grpo_advantages, forecasts=True),
+              outcome_advantages=grpo_advantages, forecasts=True),
     Estimator("ppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="PPO",
               value_readout=DIRECT),
     Estimator("bpco", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="BPCO",

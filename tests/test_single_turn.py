@@ -15,9 +15,10 @@ from tempo_plugin.embedded.single_turn import (
     critic_loss,
     critic_outputs,
     explained_variance,
-    grpo_advantages,
     values_from_outputs,
 )
+from tempo_plugin.algorithms.grpo import grpo_advantages
+from tempo_plugin.estimators import ESTIMATORS, NO_CRITIC
 
 
 def test_grpo_advantages_by_hand():
@@ -91,7 +92,7 @@ def test_config_choices_and_errors():
         TempoConfig(lambd=1.5).validate()
 
 
-@pytest.mark.parametrize("estimator", ["tppo", "ppo", "grpo", "bpco", "easyppo", "sao"])
+@pytest.mark.parametrize("estimator", ["tppo", "ppo", "grpo", "bpco", "easyppo", "sao", "flash_reinforce"])
 def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     """The trainer CLI on the tiny Countdown model (short bootstrap): outputs and metrics exist."""
     from tempo_plugin import train
@@ -106,7 +107,7 @@ def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     updates = records[1:-1]
     assert records[0]["phase"] == records[-1]["phase"] == "eval"
-    if estimator == "grpo":  # no critic: no critic-only updates, no critic metrics
+    if ESTIMATORS[estimator].critic == NO_CRITIC:  # no critic: no critic-only updates, no critic metrics
         assert [r["phase"] for r in updates] == ["train", "train"]
         assert all("critic/value_mean" not in r for r in updates)
     else:
@@ -118,7 +119,7 @@ def test_short_run_end_to_end(estimator, tmp_path, monkeypatch):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval/accuracy"]["span"] == "base -> final"
     assert (out / "curves.png").is_file() and (out / "policy" / "config.json").is_file()
-    assert (out / "critic" / "critic.safetensors").is_file() == (estimator != "grpo")  # PPO/TPPO save their critic
+    assert (out / "critic" / "critic.safetensors").is_file() == (ESTIMATORS[estimator].critic != NO_CRITIC)
 
 
 def test_micro_batched_critic_update_equals_one_batch(tiny_model):

@@ -65,10 +65,11 @@ def test_forecast_weight_is_eta_n_over_the_games_successes():
 
 def test_the_registry_carries_both_methods():
     flash, cope = ESTIMATORS["flash_reinforce"], ESTIMATORS["cope"]
-    assert flash.episode_advantages is batch_centred_advantages and flash.trajectory_gate and not flash.forecasts
+    assert flash.outcome_advantages is batch_centred_advantages and flash.trajectory_gate and not flash.forecasts
     assert cope.forecasts and not cope.trajectory_gate
     assert flash.slime_rollout is None and cope.slime_rollout is None  # embedded only
     assert TempoConfig(advantage_estimator="flash_reinforce", td_updates=2).validate().episode_estimator
+    assert not TempoConfig(advantage_estimator="flash_reinforce", task="letters").validate().multi_turn  # one answer
     with pytest.raises(ConfigError, match="--trajectory-kl-gate"):
         TempoConfig(advantage_estimator="flash_reinforce", trajectory_kl_gate=-0.1).validate()
     with pytest.raises(ConfigError, match="--forecast-weight"):

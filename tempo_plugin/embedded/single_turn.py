@@ -4,6 +4,7 @@ Per update, B = --states-per-batch problems x N = --branches responses sampled f
 each scored R in {0, 1} by the task's verifier. Advantages per --advantage-estimator:
 
     grpo:  A_i = (R_i - mean_g R) / (std_g R + 1e-6), broadcast over the response tokens of i
+    flash_reinforce: A_i = R_i - mean over the batch's responses (and the trainer's trajectory gate)
     ppo :  V_t = critic output at the prefix before token t; r_t = R at the last token, else 0
            (A, ret) = GAE(r, V; gamma, lambd);   critic loss = mean_t (V_t - ret_t)^2 / 2
     tppo:  V_t = sigmoid(sum_{i<=t} f_i)  (algorithms/tppo.py); (A, ret) = GAE(r, V; gamma, lambd)
@@ -35,7 +36,6 @@ from typing import Any, Sequence
 
 import torch
 
-from tempo_plugin.algorithms.grpo import grpo_advantages
 from tempo_plugin.algorithms.ppo_variants import adaptive_lambda, noise_weights, split_evenly
 from tempo_plugin.algorithms.tppo import gae, reconstruct_values, value_bce_loss
 from tempo_plugin.critic.value_model import (
@@ -283,8 +283,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                                    "rollout/accuracy": statistics.fmean(r.reward for r in responses),
                                    "rollout/response_tokens_mean": statistics.fmean(len(r.response_ids) for r in responses)}
         if critic is None:
-            grpo = grpo_advantages([r.reward for r in responses], cfg.branches)
-            advantages = [torch.full((len(r.response_ids),), a) for r, a in zip(responses, grpo)]
+            outcome = ESTIMATORS[cfg.advantage_estimator].outcome_advantages([r.reward for r in responses], cfg.branches)
+            advantages = [torch.full((len(r.response_ids),), a) for r, a in zip(responses, outcome)]
         else:
             chunks = micro_batches(responses, cfg.train_tokens_per_micro_batch)
             with torch.no_grad():

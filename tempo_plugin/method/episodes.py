@@ -3,7 +3,7 @@ and Temporal GRPO.
 
 Episode update: N complete episodes of each game through the same engine as TEMPO; every action of
 an episode gets one advantage from its return (less ``--invalid-action-penalty`` per action the
-environment did not accept, as in TEMPO's actor), by the estimator's ``episode_advantages``:
+environment did not accept, as in TEMPO's actor), by the estimator's ``outcome_advantages``:
 group-relative (multi-turn GRPO, CoPE, ``algorithms.grpo``) or centred on the batch mean
 (FlashREINFORCE, ``algorithms.flash_reinforce``, whose trajectory gate runs in the trainer). CoPE
 adds each game's successful episodes as action forecasts (``algorithms.cope``). SPO's baseline is a
@@ -68,7 +68,7 @@ class EpisodeUpdates(Play):
 
     def episode_update(self, update: int, games: Sequence[int]) -> UpdateBatch:
         """N = --branches complete episodes of each game; R'_i = R_i - c u_i the episode return less
-        the invalid-action penalty; A_i = the estimator's episode_advantages(R') on every action of
+        the invalid-action penalty; A_i = the estimator's outcome_advantages(R') on every action of
         episode i: (R'_i - mean) / (std + eps) over the game's episodes (GRPO, CoPE) or R'_i - the
         batch's mean (FlashREINFORCE); SPO: R'_i - v_hat_old(x_i), normalised over the batch, then
         the played games' trackers count the outcomes. CoPE: each won episode of game x also trains
@@ -91,7 +91,7 @@ class EpisodeUpdates(Play):
                 self.trackers.count(games[g], [b.segment_reward for b in branches if b.group == g], cfg.spo_discount)
             tracker_metrics = {"spo/baseline_mean": mean(baselines), "spo/tracked_games": float(len(self.trackers.table))}
         else:
-            advantages = estimator.episode_advantages(shaped, cfg.branches)
+            advantages = estimator.outcome_advantages(shaped, cfg.branches)
         samples = [
             make_sample(b.tokens, b.loss_mask, b.logprobs, a, ACTOR, b.group, ret)
             for b, a, ret in zip(branches, advantages, returns) if abs(a) > ADVANTAGE_EPSILON
