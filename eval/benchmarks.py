@@ -225,7 +225,7 @@ def episode_successes(
 ) -> list[int]:
     """Episodes won per game, ``episodes`` complete episodes of each game, played with ``cfg``'s
     generation settings (the target's, or with eval's --vaults its episode cap)."""
-    from tempo_plugin.method.rollout import TempoRollout
+    from tempo_plugin.updates.rollout import TempoRollout
 
     cfg = replace(cfg, temperature=temperature, top_p=top_p)
     rollout = TempoRollout(cfg, policy.sampler, policy.protocol, make_env)

@@ -3,7 +3,7 @@
 Each estimator says where it plays (an environment, ``--env``, or a single-turn task, ``--task``),
 what it plays there (macro-steps from saved states, or complete episodes, scored by the
 environment's milestones or not), which critic it trains and how that critic reads a value, and
-which slime rollout function runs it. ``method/schedule.py`` turns an update number into the phase
+which slime rollout function runs it. ``updates/schedule.py`` turns an update number into the phase
 an estimator runs there. Code asks the entry, never the name.
 """
 

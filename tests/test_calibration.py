@@ -11,7 +11,7 @@ import pytest
 
 from tempo_plugin.algorithms.tempo import CALIBRATION_SLOPE_MAX, Calibration, fit_calibration
 from tempo_plugin.config import ConfigError, TempoConfig
-from tempo_plugin.method.tempo import AUDITS_MIN, AuditWindow
+from tempo_plugin.updates.tempo import AUDITS_MIN, AuditWindow
 
 from tests.test_start_states import Games, config, waiting_rollout
 

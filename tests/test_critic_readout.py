@@ -13,7 +13,7 @@ from tempo_plugin.critic import format_value, parse_value
 from tempo_plugin.critic.readout import VALUE_GRID, answer_distribution, expected_value, two_hot, value_answer_texts
 from tempo_plugin.embedded.multi_turn import critic_collapsed
 from tempo_plugin.embedded.trainer import PolicyTrainer
-from tempo_plugin.method.tempo import AUDITS_KEPT, AUDITS_MIN, AuditWindow
+from tempo_plugin.updates.tempo import AUDITS_KEPT, AUDITS_MIN, AuditWindow
 from tempo_plugin.rollout.samples import VALUE, make_sample
 from tempo_plugin.samplers.local import LocalSampler
 
@@ -235,7 +235,7 @@ def test_the_value_loss_adds_its_gradient_to_the_policy_loss(tiny_model, tokeniz
 
 def test_the_expected_critic_takes_its_epochs_in_the_warm_up_too():
     from tempo_plugin.embedded.multi_turn import critic_epochs
-    from tempo_plugin.method.schedule import TD, WARMUP
+    from tempo_plugin.updates.schedule import TD, WARMUP
 
     assert critic_epochs(TempoConfig(critic_epochs=5), TD) == 5
     assert critic_epochs(TempoConfig(critic_epochs=5), WARMUP) == 1  # the sampled critic: one warm-up step
@@ -264,7 +264,7 @@ class _ChunkProtocol:
     (["Keys", ": 3", "."], ["Keys", ": 3", "."], " "),  # cut off before any tag: all of it
 ])
 def test_the_reasoning_ends_where_the_value_tag_starts(chunks, reasoning, lead):
-    from tempo_plugin.method.critic_calls import CriticCalls
+    from tempo_plugin.updates.critic_calls import CriticCalls
     from tempo_plugin.rollout.sampler import Completion
 
     protocol = _ChunkProtocol(chunks)

@@ -10,7 +10,7 @@ from tempo_plugin.config import TempoConfig
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.rollout.engine import ENV_ERROR
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 
 T = 30
 

@@ -193,7 +193,7 @@ def test_stage_update_on_textworld(textworld_dir, tokenizer, protocol):
     """outcomes: episode 0 [1 1] (round 1 takes the key, round 2 wins), episode 1 [0 0].
     stage 1 (both): R = [1, 0] -> A = +1, -1; stage 2 (episode 0 only): 0.
     rounds: episode 0: go east, take key +1, unlock 0; episode 1: 5 looks -1 each."""
-    from tempo_plugin.method.rollout import TempoRollout
+    from tempo_plugin.updates.rollout import TempoRollout
 
     cfg = TempoConfig(advantage_estimator="temporal_grpo", env="textworld", branches=2, states_per_batch=1,
                       macro_rounds=5, max_episode_steps=5).validate()

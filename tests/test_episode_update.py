@@ -14,7 +14,7 @@ from tempo_plugin.envs.chain import SIGNS, VaultChainEnv
 from tempo_plugin.rollout.engine import fresh_state
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 
 T = 30
 KEY_ROOM = re.compile(r"Key room \d of \d\. The sign shows a ([a-z]+)\. Keys: ([a-z, ]+)\.")

@@ -14,7 +14,7 @@ from tempo_plugin.config import TempoConfig
 from tempo_plugin.envs import make
 from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.samples import ACTOR, make_sample
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 
 
 @pytest.fixture()

@@ -75,5 +75,5 @@ def test_the_cycle_finder_finds_a_hand_made_circle():
 
 def test_tempo_plugin_has_no_import_circle():
     graph = import_graph()
-    assert "tempo_plugin.embedded.multi_turn" in graph and "tempo_plugin.method.schedule" in graph
+    assert "tempo_plugin.embedded.multi_turn" in graph and "tempo_plugin.updates.schedule" in graph
     assert cycles(graph) == []

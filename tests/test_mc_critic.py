@@ -73,7 +73,7 @@ def test_forced_action_builds_the_engine_round(protocol):
 
 def test_wrong_key_gives_zero_monte_carlo_wins(protocol, tiny_model, tokenizer):
     from tempo_plugin.samplers.local import LocalSampler
-    from tempo_plugin.method.rollout import TempoRollout
+    from tempo_plugin.updates.rollout import TempoRollout
 
     state, right, wrong = key_room(protocol)
     cfg = TempoConfig(max_episode_steps=15, macro_rounds=5, max_assistant_tokens=6)
@@ -93,7 +93,7 @@ def test_monte_carlo_batches_fit_the_token_budget(protocol, tiny_model, tokenize
     """Batches hold at most `rows` branches and rows x (longest prefix + answer cap) <= batch_tokens,
     so the sampler never splits a call (and keeps its KV cache from round to round)."""
     from tempo_plugin.samplers.local import LocalSampler
-    from tempo_plugin.method.rollout import TempoRollout
+    from tempo_plugin.updates.rollout import TempoRollout
 
     cfg = TempoConfig(max_episode_steps=15, macro_rounds=5, max_assistant_tokens=3)
     budget = 300  # about 3 rows of a fresh game's prompt: the token budget binds before the 4 rows

@@ -7,7 +7,7 @@ import pytest
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.metrics import ENV_STEPS, MC_REFRESH, read_metrics
 from tempo_plugin.rollout.samples import CRITIC
-from tempo_plugin.method.tempo import mc_refresh_due
+from tempo_plugin.updates.tempo import mc_refresh_due
 from tempo_plugin.train import main
 from tests.test_start_states import config, waiting_rollout
 from tests.test_train_smoke import SMALL

@@ -17,7 +17,7 @@ from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.rollout.engine import Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.samples import ACTOR
 from tempo_plugin.rollout.sampler import Request, SamplingParams
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 from tempo_plugin.states.store import state_from_dict, state_to_dict
 
 T = 30

@@ -15,7 +15,7 @@ from tempo_plugin.critic.prompt import REFERENCE_CRITIC_SYSTEM_PROMPT, condensed
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.rollout.sampler import Completion
 from tempo_plugin.rollout.samples import ACTOR, CRITIC
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 from tests.test_start_states import T, Games, config
 
 REFERENCE = {

@@ -18,8 +18,8 @@ from tempo_plugin.rollout.protocol import (
 )
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, make_sample
-from tempo_plugin.method.critic_calls import CriticCall
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.critic_calls import CriticCall
+from tempo_plugin.updates.rollout import TempoRollout
 
 MAX_STEPS = 40
 USER_HEAD = "<|im_start|>user\n"

@@ -58,7 +58,7 @@ def test_rollout_carries_the_per_token_advantages_of_stage_update(
     tmp_path, tokenizer, protocol, tokenizer_dir, serve, slime_types, monkeypatch
 ):
     from tempo_plugin.envs import env_factory
-    from tempo_plugin.method.rollout import TempoRollout
+    from tempo_plugin.updates.rollout import TempoRollout
 
     url = serve(ScriptedPolicy(tokenizer, protocol))
     args = slime_args(tmp_path, tokenizer_dir, url, rollout_function_path=FUNCTION)  # S = 2 games, N = 2 episodes

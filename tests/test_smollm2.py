@@ -134,7 +134,7 @@ def test_smollm2_writes_every_value_answer_in_ten_tokens_and_the_reasoning_ends_
     readout's cut (``CriticCalls.value_cut``) ends the reasoning at the token that starts the tag,
     keeping the space as the answers' lead."""
     from tempo_plugin.critic.readout import value_answer_texts
-    from tempo_plugin.method.critic_calls import CriticCalls
+    from tempo_plugin.updates.critic_calls import CriticCalls
     from tempo_plugin.rollout.sampler import Completion
 
     encoded = [smollm2_tokenizer.encode(t, add_special_tokens=False) for t in value_answer_texts()]

@@ -13,7 +13,7 @@ from tempo_plugin.envs.chain import SIGNS, VaultChainEnv
 from tempo_plugin.envs.vault import VaultEnv
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 from tempo_plugin.rollout.samples import make_sample, per_run_values
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 from tests.test_episode_update import KEY_ROOM
 
 T = 30

@@ -1,5 +1,5 @@
 """Tests for the TD start states: the store's reuse cap (StateStore.sample(k, max_uses)), the fresh
-share of every batch (method.tempo.start_states) and how td_update fills and reports a batch."""
+share of every batch (updates.tempo.start_states) and how td_update fills and reports a batch."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.rollout.engine import fresh_state
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, CRITIC
-from tempo_plugin.method.rollout import TempoRollout
-from tempo_plugin.method.tempo import RESTORE_ATTEMPTS_PER_STATE, start_states
+from tempo_plugin.updates.rollout import TempoRollout
+from tempo_plugin.updates.tempo import RESTORE_ATTEMPTS_PER_STATE, start_states
 from tempo_plugin.states import MacroState, StateStore
 
 T = 30

@@ -15,7 +15,7 @@ from tempo_plugin.envs.vault import VaultEnv
 from tempo_plugin.rollout.engine import fresh_state
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 from tempo_plugin.rollout.samples import ACTOR, CRITIC
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 from tempo_plugin.states import MacroState, RestoreError, StateStore, restore_env
 
 MAX_STEPS = 40

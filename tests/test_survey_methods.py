@@ -17,7 +17,7 @@ from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.logprobs import token_logprobs
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 from tempo_plugin.rollout.samples import ACTOR, FORECAST, make_sample
 
 from test_episode_update import T, ChainSampler, expert_actions, losing_actions, trained_tokens
@@ -263,7 +263,7 @@ def test_spo_baselines_each_game_on_its_past_so_a_surprising_win_gets_the_credit
 
 
 def test_spo_draws_its_games_from_the_pool(tokenizer, protocol):
-    from tempo_plugin.method.schedule import run_update
+    from tempo_plugin.updates.schedule import run_update
     from tempo_plugin.rollout.games import train_pool
 
     cfg = TempoConfig(advantage_estimator="spo", branches=1, states_per_batch=2, train_games=3, macro_rounds=5,

@@ -2,7 +2,7 @@
 
 import json
 
-from tempo_plugin.method import critic_calls
+from tempo_plugin.updates import critic_calls
 from tempo_plugin.metrics import read_metrics
 from tempo_plugin.train import main
 

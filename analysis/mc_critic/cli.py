@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> dict:
     if multi_turn:
         from tempo_plugin.envs import eval_env_factory
         from tempo_plugin.rollout.games import eval_games
-        from tempo_plugin.method.rollout import TempoRollout
+        from tempo_plugin.updates.rollout import TempoRollout
 
         from analysis.mc_critic.critics import GenerativeCritic
         from analysis.mc_critic.ground_truth import agent_mc

@@ -1,7 +1,7 @@
 """The embedded multi-turn loop: TEMPO, multi-turn GRPO and Temporal GRPO on an environment.
 
 Loads the policy (a local HF model directory, or the bootstrapped built-in tiny model), measures
-the base success rate on held-out games, runs the updates ``method.schedule`` names (TEMPO: the
+the base success rate on held-out games, runs the updates ``updates.schedule`` names (TEMPO: the
 critic warm-up with Monte-Carlo targets, then TD updates of actor and critic, each M-th followed by
 a Monte-Carlo refresh; GRPO and Temporal GRPO: episode updates), then measures the final success
 rate. The held-out games come from ``envs.eval_env_factory``: for TextWorld and ALFWorld a folder
@@ -36,10 +36,10 @@ from tempo_plugin.embedded.run_folder import (
     write_summary,
 )
 from tempo_plugin.envs import env_factory, eval_env_factory
-from tempo_plugin.method.play import UpdateBatch
-from tempo_plugin.method.rollout import TempoRollout
-from tempo_plugin.method.schedule import TD, WARMUP, phase as update_phase, run_update
-from tempo_plugin.method.tempo import mc_refresh_due
+from tempo_plugin.updates.play import UpdateBatch
+from tempo_plugin.updates.rollout import TempoRollout
+from tempo_plugin.updates.schedule import TD, WARMUP, phase as update_phase, run_update
+from tempo_plugin.updates.tempo import mc_refresh_due
 from tempo_plugin.metrics import (
     ENV_STEPS,
     COLLAPSE_ESTIMATE_STD,

@@ -27,7 +27,7 @@ from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.config import ConfigError, TempoConfig, flag
 from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.algorithms.tempo import Calibration
-from tempo_plugin.method.tempo import AuditWindow
+from tempo_plugin.updates.tempo import AuditWindow
 from tempo_plugin.metrics import PLOTTED_METRICS, MetricsLog, plot_curves, summary_dict
 from tempo_plugin.runs import GENERATIVE_CRITIC_DIR
 from tempo_plugin.states.store import StateStore

@@ -114,7 +114,7 @@ class TempoDataSource:
             from tempo_plugin.samplers.sglang_http import HTTPSampler
             from tempo_plugin.envs import env_factory
             from tempo_plugin.rollout.protocol import ChatProtocol
-            from tempo_plugin.method.rollout import TempoRollout
+            from tempo_plugin.updates.rollout import TempoRollout
 
             tokenizer = AutoTokenizer.from_pretrained(self.args.hf_checkpoint, trust_remote_code=True)
             url = f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}/generate"
@@ -142,7 +142,7 @@ class TempoDataSource:
         a folder training never plays), sharing the training rollout's sampler; built on first use.
         With slime's --eval-interval the held-out games are checked when the data source starts."""
         if self._eval_rollout is None:
-            from tempo_plugin.method.rollout import TempoRollout
+            from tempo_plugin.updates.rollout import TempoRollout
 
             train = self.rollout()
             make_env = self._make_eval_env or self._eval_env_factory()

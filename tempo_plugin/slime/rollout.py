@@ -3,7 +3,7 @@
 ``generate_rollout``: TEMPO. Rollouts ``0 .. warmup_updates-1`` are the critic warm-up (complete
 episodes, Monte-Carlo targets at macro-step boundaries), the rest are TD updates (start states from
 the store topped up with fresh games, N branches x H rounds, critic at start states and endpoints).
-Both run through the shared engine (``method.rollout.TempoRollout``, phases from ``method.schedule``) with an HTTP Sampler on the
+Both run through the shared engine (``updates.rollout.TempoRollout``, phases from ``updates.schedule``) with an HTTP Sampler on the
 SGLang router's ``/generate``; the state store lives in ``TempoDataSource``.
 
 ``generate_grpo_rollout``: the multi-turn GRPO baseline on the same environment, the embedded
@@ -39,8 +39,8 @@ from tempo_plugin.config import ConfigError
 from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.metrics import SUCCESS_RATE, slime_metric_names
 from tempo_plugin.rollout.games import eval_games
-from tempo_plugin.method.play import UpdateBatch
-from tempo_plugin.method.schedule import TD, WARMUP, phase, run_update
+from tempo_plugin.updates.play import UpdateBatch
+from tempo_plugin.updates.schedule import TD, WARMUP, phase, run_update
 
 
 def slime_types() -> SimpleNamespace:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tempo_plugin.slime import rollout as slime_rollout
-from tempo_plugin.method.rollout import TempoRollout
+from tempo_plugin.updates.rollout import TempoRollout
 
 UPDATE_METHODS = ("warmup_update", "td_update", "episode_update", "stage_update")
 

@@ -1,5 +1,5 @@
 """Playing games on one sampler and environment pool: fresh states, restored groups of branches,
-complete episodes, held-out success. The base every update of ``method/`` builds on."""
+complete episodes, held-out success. The base every update of ``updates/`` builds on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tempo_plugin.algorithms.stats import mean
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
 from tempo_plugin.envs.pool import EnvPool
-from tempo_plugin.method.prefix_is import check_prefix_scoring
+from tempo_plugin.updates.prefix_is import check_prefix_scoring
 from tempo_plugin.rollout.engine import ENV_ERROR, Branch, RolloutLimits, fresh_state, run_branches
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Sampler, SamplingParams

@@ -14,7 +14,7 @@ from tempo_plugin.algorithms.stats import mean, pearson, population_std
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON, CriticSignals, critic_scale, critic_signals
 from tempo_plugin.critic import critic_messages, parse_value, reference_critic_messages
 from tempo_plugin.critic.readout import VALUE_ANSWER_ROOM, VALUE_TAG, expected_value, two_hot, value_answer_texts
-from tempo_plugin.method.play import Play
+from tempo_plugin.updates.play import Play
 from tempo_plugin.rollout.sampler import Completion, Request
 from tempo_plugin.rollout.samples import CRITIC, VALUE, TrainSample, make_sample
 from tempo_plugin.states.state import MacroState

@@ -2,7 +2,7 @@
 
 TEMPO: updates 0 .. W-1 are the critic's warm-up (W = --warmup-updates), then TD updates; with
 --mc-refresh-every M the embedded driver follows every M-th TD update with a Monte-Carlo refresh
-(``method.tempo.mc_refresh_due``). Multi-turn GRPO and Temporal GRPO: every update is an episode
+(``updates.tempo.mc_refresh_due``). Multi-turn GRPO and Temporal GRPO: every update is an episode
 update of S fresh games (phase = the estimator's name).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Callable
 
 from tempo_plugin.estimators import ESTIMATORS, GENERATIVE
-from tempo_plugin.method.play import UpdateBatch
-from tempo_plugin.method.rollout import TempoRollout
-from tempo_plugin.method.tempo import start_states
+from tempo_plugin.updates.play import UpdateBatch
+from tempo_plugin.updates.rollout import TempoRollout
+from tempo_plugin.updates.tempo import start_states
 from tempo_plugin.states.store import StateStore
 
 WARMUP = "warmup"

@@ -23,7 +23,7 @@ from tempo_plugin.algorithms.cope import forecast_weight
 from tempo_plugin.algorithms.spo import PRIOR, draw_prioritised, spo_advantages, tracker_update, tracker_value
 from tempo_plugin.algorithms.stats import mean
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON
-from tempo_plugin.method.play import Play, UpdateBatch, rollout_metrics
+from tempo_plugin.updates.play import Play, UpdateBatch, rollout_metrics
 from tempo_plugin.rollout.engine import ENV_ERROR, Branch
 from tempo_plugin.rollout.games import GAME_DRAW, sampling_seed, train_pool
 from tempo_plugin.estimators import ESTIMATORS

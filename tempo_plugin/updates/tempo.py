@@ -43,9 +43,9 @@ from tempo_plugin.algorithms.tempo import (
 )
 from tempo_plugin.config import TempoConfig
 from tempo_plugin.critic import aggregate_values
-from tempo_plugin.method.critic_calls import CriticCall, CriticCalls
-from tempo_plugin.method.play import UpdateBatch, rollout_metrics
-from tempo_plugin.method.prefix_is import start_state_weights
+from tempo_plugin.updates.critic_calls import CriticCall, CriticCalls
+from tempo_plugin.updates.play import UpdateBatch, rollout_metrics
+from tempo_plugin.updates.prefix_is import start_state_weights
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, run_branches
 from tempo_plugin.rollout.games import AUDIT, AUDIT_CRITIC, ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, VALUE, TrainSample, make_sample
