@@ -375,6 +375,10 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     ("critic_calibration", "none", "'critic_calibration' has no effect on slime: .*embedded runtime only"),
     ("audit_boundaries", True, "'audit_boundaries' has no effect on slime: .*embedded runtime only"),
     ("value_loss_weight", 2.0, "'value_loss_weight' has no effect on slime: .*embedded runtime only"),
+    ("trajectory_kl_gate", 0.02, "'trajectory_kl_gate' has no effect on slime: FlashREINFORCE runs on the embedded"),
+    ("forecast_weight", 0.2, "'forecast_weight' has no effect on slime: CoPE runs on the embedded"),
+    ("spo_discount", 0.8, "'spo_discount' has no effect on slime: SPO runs on the embedded"),
+    ("score_centering", 8, "'score_centering' has no effect on slime: score centering needs"),
     ("audit_weight", 1.0, "audit_weight 1.0: the audit branches .* embedded runtime only"),
     ("critic_value", "expected", "critic_value 'expected': .*the slime rollout trains the sampled critic only"),
     ("critic_weights", "separate", "critic_weights 'separate': .*the slime rollout's critic is the actor model itself"),
@@ -393,7 +397,7 @@ READ_ON_SLIME = {
     "invalid_action_penalty", "prefix_is_clip", "prefix_is_normalise", "prefix_is_max_staleness",
     "normalise_advantages", "critic_advantage_std", "unvalued_endpoint", "warmup_start_states", "critic_prompt",
     "policy_loss", "restore", "env", "env_data", "vaults", "max_trajectory_tokens", "max_assistant_tokens",
-    "critic_max_tokens", "eval_games", "eval_split", "critic_value", "critic_weights",
+    "critic_max_tokens", "eval_games", "eval_split", "critic_value", "critic_weights", "train_games",
 }
 """The TEMPO YAML keys the slime rollout reads (written out by hand: a new field must be placed)."""
 
