@@ -158,6 +158,9 @@ class TempoConfig:
     critic_learning_rate: float = field(default=1e-4, metadata={
         "help": "AdamW learning rate of the separate critic model: PPO/TPPO's scalar critic, TEMPO's generative "
                 "critic with --critic-weights separate"})
+    policy_epochs: int = field(default=1, metadata={
+        "help": "the actor's optimiser steps per batch: 1 is on-policy (every ratio is 1, so clipping, ratio masking "
+                "and trajectory gates never act); E > 1 takes E - 1 more steps on the actor's samples, where they do"})
     critic_epochs: int = field(default=3, metadata={
         "help": "critic optimiser steps per update: PPO/TPPO on the critic's batch; TEMPO TD updates: the joint "
                 "step, then E - 1 more clipped steps on the critic samples alone (warm-up: 1)"})
@@ -327,6 +330,8 @@ class TempoConfig:
             raise ConfigError(f"--critic-init must be zero or small (got {self.critic_init!r})")
         if not (0 <= self.gamma <= 1 and 0 <= self.lambd <= 1):
             raise ConfigError(f"--gamma and --lambd must be in [0, 1] (got {self.gamma}, {self.lambd})")
+        if self.policy_epochs < 1:
+            raise ConfigError(f"--policy-epochs must be >= 1 (got {self.policy_epochs})")
         if self.critic_epochs < 1:
             raise ConfigError(f"--critic-epochs must be >= 1 (got {self.critic_epochs})")
         if not self.critic_advantage_std >= 0:

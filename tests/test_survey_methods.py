@@ -441,3 +441,43 @@ def test_a_centred_step_scores_the_same_tokens_and_moves_the_model(tokenizer, ti
     assert any(not torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
     with pytest.raises(ConfigError, match="--score-centering"):
         TempoConfig(score_centering=-1).validate()
+
+
+# ------------------------------------------------------------------------------------ policy epochs
+
+class _RecordingTrainer:
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def step(self, samples):
+        self.calls.append([s.role for s in samples])
+        return {"train/loss": float(len(self.calls))}
+
+
+def test_policy_epochs_take_more_steps_on_the_actors_samples_only():
+    from tempo_plugin.embedded.multi_turn import train_step
+    from tempo_plugin.rollout.samples import CRITIC
+
+    samples = [make_sample([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], a, role, 0, 0.0)
+               for a, role in ((0.5, ACTOR), (-0.5, ACTOR), (0.2, CRITIC))]
+    trainer = _RecordingTrainer()
+    metrics = train_step(trainer, samples, critic_epochs=2, policy_epochs=3)
+    # the joint step, 2 more on the actor's two samples, 1 more on the critic's
+    assert trainer.calls == [[ACTOR, ACTOR, CRITIC], [ACTOR, ACTOR], [ACTOR, ACTOR], [CRITIC]]
+    assert metrics == {"train/loss": 1.0}  # the joint step's
+    critic_only = _RecordingTrainer()
+    train_step(critic_only, samples[2:], critic_epochs=1, policy_epochs=3)
+    assert critic_only.calls == [[CRITIC]]  # a critic-only update takes no actor steps
+    with pytest.raises(ConfigError, match="--policy-epochs"):
+        TempoConfig(policy_epochs=0).validate()
+
+
+def test_a_second_step_on_the_same_batch_moves_ratios_off_one(tokenizer, tiny_model):
+    prompt, action, tokens, mask, current = _sample_pair(tokenizer, tiny_model)
+    sample = make_sample(tokens, mask, [lp if m else 0.0 for lp, m in zip(current, mask)], 1.0, ACTOR, 0, 1.0)
+    params = [p for p in tiny_model.parameters() if p.requires_grad]
+    trainer = PolicyTrainer(tiny_model, torch.optim.SGD(params, lr=5.0), tokenizer.pad_token_id, grad_clip=1e9)
+    first = trainer.step([sample])
+    second = trainer.step([sample])
+    assert first["train/approx_kl"] == pytest.approx(0.0, abs=1e-9)  # on-policy: every ratio is 1
+    assert second["train/approx_kl"] > 1e-4  # the same batch after one step: off-policy

@@ -131,7 +131,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                 group["lr"] = cfg.td_learning_rate
         batch = run_update(rollout, phase, update, next_game, store)
         train_tic = time.perf_counter()
-        train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase), critic_trainer)
+        train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase), critic_trainer, cfg.policy_epochs)
         train_seconds = time.perf_counter() - train_tic
         store.add(batch.new_states)
         total_seconds = time.perf_counter() - tic
@@ -258,9 +258,10 @@ def critic_epochs(cfg: TempoConfig, phase: str) -> int:
 
 
 def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1,
-               critic_trainer: PolicyTrainer | None = None) -> dict[str, float]:
+               critic_trainer: PolicyTrainer | None = None, policy_epochs: int = 1) -> dict[str, float]:
     """One update's training. One model (``critic_trainer`` None): the joint clipped step on all
-    ``samples``, then ``critic_epochs - 1`` more steps on the critic's samples alone: the sampled
+    ``samples``, then ``policy_epochs - 1`` more steps on the actor's samples alone (the same batch:
+    ratios move off 1), then ``critic_epochs - 1`` more steps on the critic's samples alone: the sampled
     critic's (the same old log-probs, so the PPO ratio clip bounds how far they move), or the
     expected critic's value cross-entropy only (its reasoning's policy-gradient samples take the
     joint step alone: 8 clipped steps on them in a critic-only refresh broke the actor's action
@@ -272,14 +273,18 @@ def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1,
     ``train/critic/*`` beside the actor's, its value cross-entropy as ``train/value_*``."""
     critic_roles = (CRITIC, VALUE)
     repeated = [s for s in samples if s.role == VALUE] or [s for s in samples if s.role == CRITIC]
+    actor = [s for s in samples if s.role not in critic_roles]
     if critic_trainer is None:
         metrics = trainer.step(samples)
+        for _ in range(policy_epochs - 1 if actor else 0):
+            trainer.step(actor)
         for _ in range(critic_epochs - 1 if repeated else 0):
             trainer.step(repeated)
         return metrics
-    actor = [s for s in samples if s.role not in critic_roles]
     critic = [s for s in samples if s.role in critic_roles]
     metrics = trainer.step(actor)  # none (a critic-only update): no step, train/skipped
+    for _ in range(policy_epochs - 1 if actor else 0):
+        trainer.step(actor)
     if critic:
         critic_metrics = critic_trainer.step(critic)
         for _ in range(critic_epochs - 1):

@@ -310,7 +310,10 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             trained = [(r, a) for r, a in zip(responses, advantages) if r.finished or not options.finished_actor_only]
             if options.finished_actor_only:
                 metrics["actor/truncated_responses"] = float(len(responses) - len(trained))  # critic-only
-            metrics.update(trainer.step(actor_samples([r for r, _ in trained], [a for _, a in trained])))
+            samples = actor_samples([r for r, _ in trained], [a for _, a in trained])
+            metrics.update(trainer.step(samples))
+            for _ in range(cfg.policy_epochs - 1):  # more steps on the same batch: ratios move off 1
+                trainer.step(samples)
         metrics["time/rollout"] = rollout_seconds
         metrics["time/update"] = time.perf_counter() - tic
         log.log(metrics)

@@ -88,6 +88,8 @@ NOT_ON_SLIME: dict[str, str] = {
     "trajectory_kl_gate": "FlashREINFORCE runs on the embedded runtime only (its gate needs a loss slime's does not have)",
     "forecast_weight": "CoPE runs on the embedded runtime only (its forecasting loss is no policy gradient)",
     "score_centering": "score centering needs the trainer's draws at every token; slime's loss has no hook for them",
+    "policy_epochs": "slime takes its optimiser steps per rollout from its own flags (--global-batch-size against the "
+                     "rollout's samples)",
     "spo_discount": "SPO runs on the embedded runtime only (its trackers are not kept by the slime data source)",
 }
 """TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
