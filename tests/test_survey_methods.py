@@ -464,7 +464,8 @@ def test_policy_epochs_take_more_steps_on_the_actors_samples_only():
     metrics = train_step(trainer, samples, critic_epochs=2, policy_epochs=3)
     # the joint step, 2 more on the actor's two samples, 1 more on the critic's
     assert trainer.calls == [[ACTOR, ACTOR, CRITIC], [ACTOR, ACTOR], [ACTOR, ACTOR], [CRITIC]]
-    assert metrics == {"train/loss": 1.0}  # the joint step's
+    assert metrics["train/loss"] == 1.0  # the joint step's, and what the last actor step saw:
+    assert {"train/last_epoch_clip_fraction", "train/last_epoch_approx_kl"} <= set(metrics)
     critic_only = _RecordingTrainer()
     train_step(critic_only, samples[2:], critic_epochs=1, policy_epochs=3)
     assert critic_only.calls == [[CRITIC]]  # a critic-only update takes no actor steps

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from tempo_plugin.embedded.lora import apply_lora
 from tempo_plugin.embedded.model import load_adapted, load_pretrained, resolve_device
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import PolicyTrainer
+from tempo_plugin.embedded.trainer import PolicyTrainer, last_epoch_metrics
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     Progress,
@@ -277,14 +277,14 @@ def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1,
     if critic_trainer is None:
         metrics = trainer.step(samples)
         for _ in range(policy_epochs - 1 if actor else 0):
-            trainer.step(actor)
+            metrics.update(last_epoch_metrics(trainer.step(actor)))
         for _ in range(critic_epochs - 1 if repeated else 0):
             trainer.step(repeated)
         return metrics
     critic = [s for s in samples if s.role in critic_roles]
     metrics = trainer.step(actor)  # none (a critic-only update): no step, train/skipped
     for _ in range(policy_epochs - 1 if actor else 0):
-        trainer.step(actor)
+        metrics.update(last_epoch_metrics(trainer.step(actor)))
     if critic:
         critic_metrics = critic_trainer.step(critic)
         for _ in range(critic_epochs - 1):

@@ -50,6 +50,7 @@ from tempo_plugin.embedded.model import resolve_device
 from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.rollout.batches import chunk_by_token_budget, pad_rows
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.embedded.trainer import last_epoch_metrics
 from tempo_plugin.embedded.run_folder import (
     load_policy_with_progress,
     metrics_logs,
@@ -312,8 +313,10 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                 metrics["actor/truncated_responses"] = float(len(responses) - len(trained))  # critic-only
             samples = actor_samples([r for r, _ in trained], [a for _, a in trained])
             metrics.update(trainer.step(samples))
-            for _ in range(cfg.policy_epochs - 1):  # more steps on the same batch: ratios move off 1
-                trainer.step(samples)
+            for epoch in range(1, cfg.policy_epochs):  # more steps on the same batch: ratios move off 1
+                last = trainer.step(samples)
+                if epoch == cfg.policy_epochs - 1:
+                    metrics.update(last_epoch_metrics(last))
         metrics["time/rollout"] = rollout_seconds
         metrics["time/update"] = time.perf_counter() - tic
         log.log(metrics)

@@ -162,3 +162,10 @@ class PolicyTrainer:
             "train/tokens": float(sum(len(s.tokens) for s in samples)),
             "train/model_tokens": float(model_tokens),  # those run through the model: a shared prefix once
         }
+
+
+def last_epoch_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """What the last of several actor steps on one batch (--policy-epochs) saw: how far its ratios
+    had moved off 1 (the first step's are the update's own ``train/*``)."""
+    return {"train/last_epoch_clip_fraction": metrics.get("train/clip_fraction", 0.0),
+            "train/last_epoch_approx_kl": metrics.get("train/approx_kl", 0.0)}
