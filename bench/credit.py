@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,14 +121,10 @@ REUSED_FILES = ("metrics.jsonl", "summary.json", "config.yaml", "critic_values.j
 
 def reuse_from(source: Path, out: Path, trainer_args: Sequence[str]) -> bool:
     """Copy a finished run made with ``trainer_args`` from ``source`` into ``out`` (its results, not
-    its checkpoints), unless ``out`` has it already; False if ``source`` holds no such run."""
+    its checkpoints) unless ``out`` holds one already; whether it copied one."""
     key = run_key(trainer_args)
-    if reusable(out, key):
-        return True
-    if not reusable(source, key):
+    if reusable(out, key) or not reusable(source, key):
         return False
-    import shutil
-
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -152,13 +149,11 @@ def run_trainer(label: str, out: Path, trainer_args: list[str], threads: int) ->
     if resume:
         command.append("--resume")
         print(f"{label}: {out} was interrupted; continuing it from its last checkpoint", flush=True)
-    elif out.exists():
-        import shutil
-
-        # interrupted before its first checkpoint, or made with other arguments or another bootstrap
-        print(f"{label}: {out} is unfinished or from other settings; running it again", flush=True)
-        shutil.rmtree(out)
-    if not resume:
+    else:
+        if out.exists():
+            # interrupted before its first checkpoint, or made with other arguments or another bootstrap
+            print(f"{label}: {out} is unfinished or from other settings; running it again", flush=True)
+            shutil.rmtree(out)
         record_key(out, key)
     print(f"{label}: {' '.join(command[1:])}", flush=True)
     tic = time.perf_counter()

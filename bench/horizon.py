@@ -367,7 +367,7 @@ def main() -> None:
             folder.parent.mkdir(parents=True, exist_ok=True)
             arguments = trainer_args(method, vaults, seed, args)
             source = run_folder(args.reuse, method, vaults, seed) if args.reuse else None
-            if source and not (folder / "summary.json").is_file() and reuse_from(source, folder, arguments):
+            if source and reuse_from(source, folder, arguments):
                 print(f"V={vaults} {method} seed {seed}: copied the finished run {source}", flush=True)
                 return folder
             return run_trainer(f"V={vaults} {method} seed {seed}", folder, arguments, threads)

@@ -39,7 +39,7 @@ class Estimator:
     forecasts: bool = False  # successful episodes also train as action forecasts (--forecast-weight)
     tracker: bool = False  # a per-game Beta tracker is its baseline and picks its games (--train-games, --spo-discount)
     needs_groups: bool = True  # its advantages compare N >= 2 branches or episodes of one state or game
-    ppo: PPOOptions = PPOOptions()  # VALUE_MODEL: how it departs from plain PPO (BPCO, EasyPPO)
+    ppo: PPOOptions = PPOOptions()  # VALUE_MODEL: how it departs from plain PPO (BPCO, EasyPPO, SAO)
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (

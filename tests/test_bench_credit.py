@@ -77,3 +77,16 @@ def test_an_interrupted_run_with_a_checkpoint_is_resumed_not_restarted(tmp_path)
     assert not credit.resumable(folder, credit.run_key(["--seed", "4"], tiny_version=12))
     (folder / "summary.json").write_text("{}")
     assert not credit.resumable(folder, key) and credit.reusable(folder, key)  # finished: read, not resumed
+
+
+def test_a_finished_run_of_another_study_is_copied_once_without_its_checkpoints(tmp_path):
+    arguments = ["--seed", "5"]
+    source = finished_run(tmp_path / "study-run", credit.run_key(arguments))
+    (source / "metrics.jsonl").write_text('{"phase": "eval"}\n')
+    (source / "checkpoints").mkdir()
+    out = tmp_path / "new" / "run"
+    assert credit.reuse_from(source, out, arguments)
+    assert (out / "metrics.jsonl").read_text() == '{"phase": "eval"}\n' and not (out / "checkpoints").exists()
+    assert credit.reusable(out, credit.run_key(arguments))
+    assert not credit.reuse_from(source, out, arguments)  # there already: nothing copied
+    assert not credit.reuse_from(source, tmp_path / "other", ["--seed", "6"])  # other settings: nothing to copy

@@ -50,6 +50,13 @@ def _ratio_terms(
     return mask, log_ratio, ratio, approx_kl
 
 
+def _mean_per_sample(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean over each sample's loss tokens, then over the samples that have any."""
+    has_tokens = (mask.sum(dim=1) > 0).to(per_token.dtype)
+    per_sample = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return (per_sample * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+
+
 def clipped_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -61,22 +68,16 @@ def clipped_policy_loss(
     """All inputs are [B, T]; ``loss_mask`` is 1 on trained tokens; ``eps_low`` and ``eps_high`` are
     numbers or [B, T] tensors (per token: BPCO's divergence clipping). Returns scalar tensors."""
     mask, log_ratio, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
+    low = 1.0 - torch.as_tensor(eps_low, dtype=ratio.dtype, device=ratio.device)
+    high = 1.0 + torch.as_tensor(eps_high, dtype=ratio.dtype, device=ratio.device)
     unclipped = -ratio * advantages
-    if isinstance(eps_low, torch.Tensor) or isinstance(eps_high, torch.Tensor):
-        low, high = 1.0 - torch.as_tensor(eps_low), 1.0 + torch.as_tensor(eps_high)
-        clipped = -torch.minimum(torch.maximum(ratio, low), high) * advantages
-    else:
-        clipped = -torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    clipped = -torch.clamp(ratio, low, high) * advantages
     per_token = torch.maximum(unclipped, clipped)
-    tokens_per_sample = mask.sum(dim=1).clamp(min=1.0)
-    has_tokens = (mask.sum(dim=1) > 0).to(logprobs.dtype)
-    per_sample = (per_token * mask).sum(dim=1) / tokens_per_sample
-    n_samples = has_tokens.sum().clamp(min=1.0)
-    loss = (per_sample * has_tokens).sum() / n_samples
+    loss = _mean_per_sample(per_token, mask)
     with torch.no_grad():
         total = mask.sum().clamp(min=1.0)
         clip_fraction = (((unclipped < clipped).to(mask.dtype)) * mask).sum() / total
-        inside = (ratio >= 1.0 - torch.as_tensor(eps_low)) & (ratio <= 1.0 + torch.as_tensor(eps_high))
+        inside = (ratio >= low) & (ratio <= high)
         active = ((unclipped > clipped) | inside).to(mask.dtype)
     return PolicyLossOutput(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl, active=active)
 
@@ -94,10 +95,7 @@ def ratio_masked_policy_loss(
     clipped loss. ``clip_fraction`` is the share of loss tokens masked out."""
     mask, _, ratio, approx_kl = _ratio_terms(logprobs, old_logprobs, loss_mask)
     inside = ((ratio > 1.0 - eps_low) & (ratio < 1.0 + eps_high)).to(mask.dtype)
-    per_token = -ratio * inside * advantages
-    has_tokens = (mask.sum(dim=1) > 0).to(logprobs.dtype)
-    per_sample = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-    loss = (per_sample * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    loss = _mean_per_sample(-ratio * inside * advantages, mask)
     with torch.no_grad():
         masked_out = ((1.0 - inside) * mask).sum() / mask.sum().clamp(min=1.0)
     return PolicyLossOutput(loss=loss, clip_fraction=masked_out, approx_kl=approx_kl, active=inside)
@@ -124,12 +122,8 @@ def centred_score_loss(centre: torch.Tensor, advantages: torch.Tensor, loss_mask
     importance-sampling loss). Added to the policy loss, the gradient at rho = 1 becomes
     -A_t (grad log pi(y_t) - (1/K) sum_k grad log pi(u_k)): on the logits, A (e_y - mean_k e_{u_k})."""
     mask = loss_mask.to(centre.dtype)
-    per_token = active.detach() * advantages * centre * mask
-    if summed:
-        return per_token.sum()
-    has_tokens = (mask.sum(dim=1) > 0).to(centre.dtype)
-    per_sample = per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-    return (per_sample * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    per_token = active.detach() * advantages * centre
+    return (per_token * mask).sum() if summed else _mean_per_sample(per_token, mask)
 
 
 def value_cross_entropy(logprobs: torch.Tensor, weights: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

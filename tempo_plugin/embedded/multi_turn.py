@@ -20,7 +20,7 @@ from typing import Any, Callable
 from tempo_plugin.embedded.lora import apply_lora
 from tempo_plugin.embedded.model import load_adapted, load_pretrained, resolve_device
 from tempo_plugin.samplers.local import LocalSampler
-from tempo_plugin.embedded.trainer import PolicyTrainer, last_epoch_metrics
+from tempo_plugin.embedded.trainer import PolicyTrainer, more_steps
 from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     Progress,
@@ -274,17 +274,14 @@ def train_step(trainer: PolicyTrainer, samples: list, critic_epochs: int = 1,
     critic_roles = (CRITIC, VALUE)
     repeated = [s for s in samples if s.role == VALUE] or [s for s in samples if s.role == CRITIC]
     actor = [s for s in samples if s.role not in critic_roles]
+    # one model: the joint step; a separate critic: the actor's step (none in a critic-only update: train/skipped)
+    metrics = trainer.step(samples if critic_trainer is None else actor)
+    metrics.update(more_steps(trainer, actor, policy_epochs - 1))
     if critic_trainer is None:
-        metrics = trainer.step(samples)
-        for _ in range(policy_epochs - 1 if actor else 0):
-            metrics.update(last_epoch_metrics(trainer.step(actor)))
         for _ in range(critic_epochs - 1 if repeated else 0):
             trainer.step(repeated)
         return metrics
     critic = [s for s in samples if s.role in critic_roles]
-    metrics = trainer.step(actor)  # none (a critic-only update): no step, train/skipped
-    for _ in range(policy_epochs - 1 if actor else 0):
-        metrics.update(last_epoch_metrics(trainer.step(actor)))
     if critic:
         critic_metrics = critic_trainer.step(critic)
         for _ in range(critic_epochs - 1):

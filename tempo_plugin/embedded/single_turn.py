@@ -50,7 +50,7 @@ from tempo_plugin.embedded.model import resolve_device
 from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.rollout.batches import chunk_by_token_budget, pad_rows
 from tempo_plugin.config import ConfigError, TempoConfig
-from tempo_plugin.embedded.trainer import last_epoch_metrics
+from tempo_plugin.embedded.trainer import more_steps
 from tempo_plugin.embedded.run_folder import (
     load_policy_with_progress,
     metrics_logs,
@@ -197,11 +197,12 @@ def critic_update(
         parts = [(micro_batches([responses[i] for i in share], tokens_per_micro_batch), [returns[i] for i in share],
                   None if weights is None else [weights[i] for i in share])
                  for share in split_evenly(len(responses), minibatches)]
-    first = []
-    for epoch in range(epochs):
-        losses = [critic_step(critic, optimizer, estimator, part, rets, pad_id, grad_clip, w) for part, rets, w in parts]
-        if epoch == 0:
-            first = losses
+    def one_pass() -> list[float]:
+        return [critic_step(critic, optimizer, estimator, part, rets, pad_id, grad_clip, w) for part, rets, w in parts]
+
+    first = one_pass()
+    for _ in range(epochs - 1):
+        one_pass()
     critic.eval()
     return statistics.fmean(first)
 
@@ -293,10 +294,11 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
             values = [values_from_outputs(cfg.advantage_estimator, f) for f in outputs]
             if options.bounded_values:
                 values = [v.clamp(0.0, 1.0) for v in values]
-            advantages = [gae(terminal_rewards(r, v), v, cfg.gamma, actor_lambda(cfg, len(r.response_ids)))[0]
-                          for r, v in zip(responses, values)]
-            critic_lambda = 1.0 if options.lambda_alpha is not None else cfg.lambd
-            returns = [gae(terminal_rewards(r, v), v, cfg.gamma, critic_lambda)[1] for r, v in zip(responses, values)]
+            pairs = [gae(terminal_rewards(r, v), v, cfg.gamma, actor_lambda(cfg, len(r.response_ids)))
+                     for r, v in zip(responses, values)]
+            advantages = [a for a, _ in pairs]
+            returns = ([ret for _, ret in pairs] if options.lambda_alpha is None else  # BPCO: the critic's lambda is 1
+                       [gae(terminal_rewards(r, v), v, cfg.gamma, 1.0)[1] for r, v in zip(responses, values)])
             weights = noise_weights([r.reward for r in responses], cfg.branches) if options.noise_weighted_critic else None
             loss = critic_update(critic, critic_optimizer, cfg.advantage_estimator, chunks, returns,
                                  tokenizer.pad_token_id, cfg.grad_clip, cfg.critic_epochs * options.critic_passes, weights,
@@ -313,10 +315,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
                 metrics["actor/truncated_responses"] = float(len(responses) - len(trained))  # critic-only
             samples = actor_samples([r for r, _ in trained], [a for _, a in trained])
             metrics.update(trainer.step(samples))
-            for epoch in range(1, cfg.policy_epochs):  # more steps on the same batch: ratios move off 1
-                last = trainer.step(samples)
-                if epoch == cfg.policy_epochs - 1:
-                    metrics.update(last_epoch_metrics(last))
+            metrics.update(more_steps(trainer, samples, cfg.policy_epochs - 1))
         metrics["time/rollout"] = rollout_seconds
         metrics["time/update"] = time.perf_counter() - tic
         log.log(metrics)

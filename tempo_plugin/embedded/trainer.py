@@ -111,15 +111,17 @@ class PolicyTrainer:
                 policy_loss = policy_loss + centred_score_loss(centre, tensors["advantages"], policy_mask, out.active,
                                                                summed=self.policy_loss == "importance_sampling")
             policy_loss = policy_loss * share
+            if values or is_forecast.any():  # per row: -sum_t w_t log pi_theta(y_t)
+                cross_entropy = value_cross_entropy(logprobs, tensors["advantages"], tensors["loss_mask"])
             if is_forecast.any():
-                forecast_loss = value_cross_entropy(logprobs, tensors["advantages"], tensors["loss_mask"])[is_forecast].sum() / total
+                forecast_loss = cross_entropy[is_forecast].sum() / total
                 forecast_loss_sum += forecast_loss.item()
                 policy_loss = policy_loss + forecast_loss
             loss = policy_loss.detach()
             if values:
                 # the value cross-entropy's gradient kept apart until the step, so that its share of
                 # the gradient norm can be reported (train/value_grad_share)
-                value_loss = value_cross_entropy(logprobs, tensors["advantages"], tensors["loss_mask"])[is_value].sum() / total
+                value_loss = cross_entropy[is_value].sum() / total
                 value_grads = torch.autograd.grad(value_loss, trained, retain_graph=True, allow_unused=True)
                 for acc, grad in zip(value_grad_sum, value_grads):
                     if grad is not None:
@@ -164,8 +166,14 @@ class PolicyTrainer:
         }
 
 
-def last_epoch_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """What the last of several actor steps on one batch (--policy-epochs) saw: how far its ratios
-    had moved off 1 (the first step's are the update's own ``train/*``)."""
-    return {"train/last_epoch_clip_fraction": metrics.get("train/clip_fraction", 0.0),
-            "train/last_epoch_approx_kl": metrics.get("train/approx_kl", 0.0)}
+def more_steps(trainer: PolicyTrainer, samples: Sequence[TrainSample], count: int) -> dict[str, float]:
+    """``count`` more steps of ``trainer`` on the same samples (--policy-epochs: their ratios move off
+    1); what the last of them saw, ``train/last_epoch_*`` (the first step's are the update's own
+    ``train/*``), or nothing when none is taken."""
+    last: dict[str, float] = {}
+    for _ in range(count if samples else 0):
+        last = trainer.step(samples)
+    if not last:
+        return {}
+    return {"train/last_epoch_clip_fraction": last.get("train/clip_fraction", 0.0),
+            "train/last_epoch_approx_kl": last.get("train/approx_kl", 0.0)}

@@ -9,7 +9,6 @@ ACTOR = "actor"
 CRITIC = "critic"
 VALUE = "value"  # the value cross-entropy's teacher-forced answers: loss -w log pi, no ratio (critic/readout.py)
 FORECAST = "forecast"  # CoPE's successful episodes, teacher-forced: loss -w log pi, no ratio (algorithms/cope.py)
-CROSS_ENTROPY_ROLES = (VALUE, FORECAST)  # trained by the weighted cross-entropy, not the policy gradient
 
 
 @dataclass(frozen=True)
