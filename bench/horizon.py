@@ -88,6 +88,7 @@ METHODS: dict[str, list[str]] = {
     "FlashREINFORCE": ["--advantage-estimator", "flash_reinforce"],
     "CoPE": ["--advantage-estimator", "cope"],
     "SPO": ["--advantage-estimator", "spo", "--branches", "1", "--states-per-batch", "48", "--train-games", "96"],
+    "LVRL": ["--advantage-estimator", "lvrl"],
 }
 """Method -> its trainer arguments (defaults otherwise). SPO as published plays one episode per game
 (single-stream), 48 per update like the others' 8 games x 6; its pool of 96 training games is

@@ -38,6 +38,7 @@ class Estimator:
     trajectory_gate: bool = False  # its trainer drops episodes whose mean Bernoulli KL exceeds --trajectory-kl-gate
     forecasts: bool = False  # successful episodes also train as action forecasts (--forecast-weight)
     tracker: bool = False  # a per-game Beta tracker is its baseline and picks its games (--train-games, --spo-discount)
+    hindsight: bool = False  # a frozen copy of the policy values each finished episode's rounds (LVRL)
     needs_groups: bool = True  # its advantages compare N >= 2 branches or episodes of one state or game
     ppo: PPOOptions = PPOOptions()  # VALUE_MODEL: how it departs from plain PPO (BPCO, EasyPPO, SAO)
 
@@ -55,6 +56,7 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
               needs_groups=False),
     Estimator("cope", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="CoPE",
               outcome_advantages=grpo_advantages, forecasts=True),
+    Estimator("lvrl", on_env=True, on_task=False, critic=NO_CRITIC, slime_rollout=None, label="LVRL", hindsight=True),
     Estimator("ppo", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="PPO",
               value_readout=DIRECT),
     Estimator("bpco", on_env=False, on_task=True, critic=VALUE_MODEL, slime_rollout=None, label="BPCO",

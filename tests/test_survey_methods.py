@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import pytest
 import torch
 
 from tempo_plugin.algorithms.cope import forecast_weight
 from tempo_plugin.algorithms.flash_reinforce import batch_centred_advantages, bernoulli_kl, trajectory_gate
+from tempo_plugin.algorithms.lvrl import anchored_round_advantages, normalised_by_group_steps
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.critic.readout import expected_value_by_tenths
 from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.estimators import ESTIMATORS
@@ -482,3 +485,87 @@ def test_a_second_step_on_the_same_batch_moves_ratios_off_one(tokenizer, tiny_mo
     second = trainer.step([sample])
     assert first["train/approx_kl"] == pytest.approx(0.0, abs=1e-9)  # on-policy: every ratio is 1
     assert second["train/approx_kl"] > 1e-4  # the same batch after one step: off-policy
+
+
+# -- LVRL ------------------------------------------------------------------------------------------
+
+def test_anchored_advantages_run_from_the_group_mean_to_the_outcome():
+    # V~ = [0.25, 0.5, 0.8, 1.0]: A = [0.25, 0.3, 0.2], summing to R - R_bar = 0.75
+    assert anchored_round_advantages([0.5, 0.8], 1.0, 0.25) == pytest.approx([0.25, 0.3, 0.2])
+    assert anchored_round_advantages([], 0.0, 0.5) == pytest.approx([-0.5])  # one round: the outcome alone
+    # a valuer with one answer c everywhere: all credit on the first and the last action
+    assert anchored_round_advantages([0.1, 0.1, 0.1], 1.0, 0.5) == pytest.approx([-0.4, 0.0, 0.0, 0.9])
+    with pytest.raises(ValueError, match="finite"):
+        anchored_round_advantages([float("nan")], 1.0, 0.5)
+
+
+def test_group_step_normalisation_divides_by_the_root_mean_square():
+    # rms of (3, 4, 0) = sqrt(25 / 3) = 2.88675
+    rows = normalised_by_group_steps([[3.0, 4.0], [0.0]], eps=0.0)
+    assert rows[0] == pytest.approx([3 / math.sqrt(25 / 3), 4 / math.sqrt(25 / 3)])
+    assert rows[1] == [0.0]
+    assert normalised_by_group_steps([[0.0, 0.0]]) == [[0.0, 0.0]]
+
+
+def test_the_tenths_readout_by_hand():
+    sure = [0.0 if i == 4 else -60.0 for i in range(11)]  # all on "<value>0.4": the mean of 0.40 .. 0.49
+    assert expected_value_by_tenths(sure) == pytest.approx(0.445)
+    halves = [0.0 if i in (4, 10) else -60.0 for i in range(11)]  # half 0.4x, half 1.00
+    assert expected_value_by_tenths(halves) == pytest.approx((0.445 + 1.0) / 2)
+    with pytest.raises(ValueError, match="11 prefix"):
+        expected_value_by_tenths([0.0] * 101)
+
+
+class _RoundScorer:
+    """A frozen valuer that answers the tenth t (t = the round it is asked about, at most 9): V~_t = t / 10 + 0.045."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.rounds: list[int] = []
+
+    def answer_logprobs(self, prompt, answers):
+        t = int(re.search(r"after round (\d+)\?", self.tokenizer.decode(list(prompt)))[1])
+        self.rounds.append(t)
+        return [0.0 if i == min(t, 9) else -60.0 for i in range(len(answers))]
+
+
+def _round_runs(sample) -> list[float]:
+    """The advantage of each round (run of trained tokens) of a sample."""
+    runs, previous = [], 0
+    for a, m in zip(sample.advantages, sample.loss_mask):
+        if m and not previous:
+            runs.append(a)
+        previous = m
+    return runs
+
+
+def test_lvrl_spreads_each_episodes_outcome_over_its_rounds_by_the_frozen_values(tokenizer, protocol):
+    # game 0: episodes 2, 3 take a wrong key and lose, so R_bar = 0.5; game 2: all four win, R_bar = 1
+    rollout = _rollout(tokenizer, protocol, "lvrl", wrong_first={2, 3})
+    scorer = _RoundScorer(tokenizer)
+    rollout.hindsight_sampler = scorer
+    assert len(rollout.hindsight_answers()[0]) == 11  # the tiny tokenizer splits the answers at the tenths
+    batch = rollout.hindsight_update(0, [0, 2])
+    assert len(batch.samples) == 8  # an all-won game still trains: its rounds get credit that sums to 0
+    for sample in batch.samples:
+        runs = _round_runs(sample)
+        r_bar = 0.5 if sample.group == 0 else 1.0
+        total = sample.reward - r_bar  # sum_t A_t = R - R_bar, before the group's sigma
+        v1 = 0.145  # V~_1: the tenth of round 1
+        if total:  # the shares are sigma-free: A_0 / sum_t A_t = (V~_1 - R_bar) / (R - R_bar)
+            assert runs[0] / sum(runs) == pytest.approx((v1 - r_bar) / total)
+        else:
+            assert sum(runs) == pytest.approx(0.0, abs=1e-9) and runs[0] < 0 < runs[-1]
+    # every boundary 1 .. T-1 of every episode was read once
+    assert len(scorer.rounds) == batch.metrics["hindsight/values"] == sum(len(_round_runs(s)) - 1 for s in batch.samples)
+    assert batch.metrics["actor/degenerate_group_rate"] == 0.0
+    assert batch.metrics["train/critic_samples"] == 0.0
+
+
+def test_lvrl_is_an_episode_estimator_embedded_only():
+    lvrl = ESTIMATORS["lvrl"]
+    assert lvrl.hindsight and lvrl.on_env and not lvrl.on_task and lvrl.slime_rollout is None
+    cfg = TempoConfig(advantage_estimator="lvrl", td_updates=2).validate()
+    assert cfg.episode_estimator and cfg.total_updates == 2  # no critic warm-up
+    with pytest.raises(ConfigError):
+        TempoConfig(advantage_estimator="lvrl", branches=1).validate()  # R_bar needs a group

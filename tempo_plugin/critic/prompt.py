@@ -90,3 +90,27 @@ def reference_critic_messages(task: str, privileged_info: str, messages: Sequenc
         "Estimate the probability that the agent eventually completes the task."
     )
     return [{"role": "system", "content": REFERENCE_CRITIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+HINDSIGHT_SYSTEM_PROMPT = (
+    "You review a finished text-game episode. You see the task, hidden facts, every action the agent "
+    "took, how the episode ended and how other attempts at the same game ended. Judge how close the "
+    "agent was to winning right after the round you are asked about. "
+    "Answer with one line <value>p</value>, p between 0.00 and 1.00."
+)
+
+
+def hindsight_messages(task: str, privileged_info: str, actions: Sequence[str], won: bool, after_round: int,
+                       group_wins: int, group_size: int) -> list[dict[str, str]]:
+    """LVRL's hindsight prompt (``algorithms.lvrl``): the whole episode and its outcome, the group's
+    outcomes, and the round to value (1 .. len(actions) - 1). Everything but the last line is the
+    same for every round of an episode."""
+    user = (
+        f"Task: {task}\n"
+        f"Hidden: {privileged_info}\n"
+        f"Actions: {', '.join(f'{i + 1}. {a}' for i, a in enumerate(actions)) or '(none)'}\n"
+        f"Outcome: {'won' if won else 'lost'} after {len(actions)} rounds; "
+        f"{group_wins} of {group_size} attempts at this game won.\n"
+        f"How close to winning was the agent after round {after_round}?"
+    )
+    return [{"role": "system", "content": HINDSIGHT_SYSTEM_PROMPT}, {"role": "user", "content": user}]

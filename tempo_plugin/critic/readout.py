@@ -68,3 +68,19 @@ def answer_distribution(answer_logprobs: Sequence[float]) -> list[float]:
 def expected_value(answer_logprobs: Sequence[float]) -> float:
     """V = sum_j v_j p_j."""
     return sum(v * p for v, p in zip(VALUE_GRID, answer_distribution(answer_logprobs)))
+
+
+TENTHS: tuple[tuple[str, float], ...] = tuple((f"<value>0.{d}", d / 10 + 0.045) for d in range(10)) + (("<value>1", 1.0),)
+"""The readout by tenths: (answer prefix, the mean grid value it starts). The prefix "<value>0.d"
+begins exactly the ten answers 0.d0 .. 0.d9, so its likelihood is their total, and "<value>1"
+begins only 1.00: eleven short answers marginalise the 101 of ``VALUE_GRID`` to 0.1 resolution."""
+
+
+def expected_value_by_tenths(prefix_logprobs: Sequence[float]) -> float:
+    """V = sum_b m_b p_b over the tenths of ``TENTHS`` (p_b: their likelihoods normalised, m_b their
+    mean value): the expected value read with 11 answers instead of 101."""
+    if len(prefix_logprobs) != len(TENTHS):
+        raise ValueError(f"expected {len(TENTHS)} prefix log-likelihoods (one per tenth), got {len(prefix_logprobs)}")
+    top = max(prefix_logprobs)
+    weights = [math.exp(lp - top) for lp in prefix_logprobs]
+    return sum(w * m for w, (_, m) in zip(weights, TENTHS)) / sum(weights)

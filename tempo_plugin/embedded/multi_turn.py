@@ -25,6 +25,7 @@ from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.embedded.run_folder import (
     Progress,
     checkpoint_to_resume,
+    frozen_policy,
     generative_critic_model,
     load_checkpoint,
     load_policy_with_progress,
@@ -36,6 +37,7 @@ from tempo_plugin.embedded.run_folder import (
     write_summary,
 )
 from tempo_plugin.envs import env_factory, eval_env_factory
+from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.updates.play import UpdateBatch
 from tempo_plugin.updates.rollout import TempoRollout
 from tempo_plugin.updates.schedule import TD, WARMUP, phase as update_phase, run_update
@@ -94,8 +96,11 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     if cfg.critic_weights == "separate":
         critic_model = generative_critic_model(cfg, model, resume_from, device)
         critic_trainer = policy_trainer(cfg, critic_model, tokenizer, cfg.critic_learning_rate)
+    # LVRL: a frozen copy of the policy as RL starts values each finished episode in hindsight
+    hindsight = LocalSampler(frozen_policy(cfg, device), tokenizer) if ESTIMATORS[cfg.advantage_estimator].hindsight else None
     rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env,
-                           critic_sampler=LocalSampler(critic_trainer.model, tokenizer) if critic_trainer else None)
+                           critic_sampler=LocalSampler(critic_trainer.model, tokenizer) if critic_trainer else None,
+                           hindsight_sampler=hindsight)
     eval_rollout = TempoRollout(cfg, rollout.sampler, protocol, make_eval_env)  # held-out games only
     trainer = policy_trainer(cfg, model, tokenizer, cfg.learning_rate)
     optimizer = trainer.optimizer

@@ -235,6 +235,15 @@ def load_policy_with_progress(cfg: TempoConfig, device: torch.device) -> tuple[A
     return model, tokenizer
 
 
+def frozen_policy(cfg: TempoConfig, device: torch.device) -> Any:
+    """The policy as RL starts (``--model`` with its cached bootstrap or warm start), frozen: LVRL's
+    hindsight valuer. Loaded afresh, so a resumed run reads with the same weights."""
+    model, _ = load_policy(cfg, device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
 def generative_critic_model(cfg: TempoConfig, policy: Any, resume_from: Path | None, device: torch.device) -> Any:
     """The separate generative critic (--critic-weights separate): on --resume the checkpoint's
     GENERATIVE_CRITIC_DIR, else (or when the checkpoint has none: a run that switched with

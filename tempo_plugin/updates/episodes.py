@@ -15,7 +15,6 @@ stage of the environment's milestones it worked on (``algorithms.temporal_grpo``
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -24,7 +23,7 @@ from tempo_plugin.algorithms.spo import PRIOR, draw_prioritised, spo_advantages,
 from tempo_plugin.algorithms.stats import mean
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON
 from tempo_plugin.updates.play import Play, UpdateBatch, rollout_metrics
-from tempo_plugin.rollout.engine import ENV_ERROR, Branch
+from tempo_plugin.rollout.engine import Branch
 from tempo_plugin.rollout.games import GAME_DRAW, sampling_seed, train_pool
 from tempo_plugin.estimators import ESTIMATORS
 from tempo_plugin.rollout.samples import ACTOR, FORECAST, TrainSample, make_sample
@@ -75,12 +74,7 @@ class EpisodeUpdates(Play):
         as a forecast of its own actions, weight w_x = eta N / max(1, |S_x|) per action token."""
         cfg = self.cfg
         estimator = ESTIMATORS[cfg.advantage_estimator]
-        tic = time.perf_counter()
-        branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches)
-        rollout_seconds = time.perf_counter() - tic
-        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}  # a raising environment drops its game's group
-        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
-        branches = [b for b in branches if b.group not in broken]
+        branches, env_errors, rollout_seconds = self.play_groups(games, update)
         returns = [b.segment_reward for b in branches]
         shaped = [shaped_episode_return(b, cfg.invalid_action_penalty) for b in branches]
         tracker_metrics = {}
@@ -99,7 +93,7 @@ class EpisodeUpdates(Play):
         actor_samples = len(samples)
         if estimator.forecasts and cfg.forecast_weight > 0:
             samples += forecast_samples(branches, cfg.branches, cfg.forecast_weight)
-        groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(games) - len(broken))]
+        groups = [advantages[g * cfg.branches:(g + 1) * cfg.branches] for g in range(len(branches) // cfg.branches)]
         metrics = {
             **episode_metrics(branches, env_errors),
             "actor/degenerate_group_rate": mean([float(all(abs(a) <= ADVANTAGE_EPSILON for a in g)) for g in groups]),
@@ -126,13 +120,7 @@ class EpisodeUpdates(Play):
         )
 
         cfg = self.cfg
-        tic = time.perf_counter()
-        branches = self.play_episodes(games, seed=sampling_seed(cfg.seed, update), episodes_per_game=cfg.branches,
-                                      stages=True)
-        rollout_seconds = time.perf_counter() - tic
-        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}
-        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
-        branches = [b for b in branches if b.group not in broken]
+        branches, env_errors, rollout_seconds = self.play_groups(games, update, stages=True)
         samples: list[TrainSample] = []
         degenerate: list[float] = []
         entered: list[float] = []
@@ -146,11 +134,9 @@ class EpisodeUpdates(Play):
             degenerate.append(float(bool((table.abs() <= ADVANTAGE_EPSILON).all())))
             entered.append(float(participation.sum()) / len(group))
             for branch, row, adv_row in zip(group, completions, table):
-                per_round = round_advantages(stage_of_rounds(row, len(branch.rounds)), adv_row)
-                per_round = [a - cfg.invalid_action_penalty * (not r.admissible) for a, r in zip(per_round, branch.rounds)]
-                if any(abs(a) > ADVANTAGE_EPSILON for a in per_round):
-                    samples.append(make_sample(branch.tokens, branch.loss_mask, branch.logprobs, per_round, ACTOR,
-                                               branch.group, branch.segment_reward))
+                sample = round_sample(branch, round_advantages(stage_of_rounds(row, len(branch.rounds)), adv_row),
+                                      cfg.invalid_action_penalty)
+                samples += [sample] if sample else []
         metrics = {
             **episode_metrics(branches, env_errors),
             "actor/degenerate_group_rate": mean(degenerate),
@@ -162,6 +148,16 @@ class EpisodeUpdates(Play):
             "time/critic": 0.0,
         }
         return UpdateBatch(samples=samples, metrics=metrics)
+
+def round_sample(branch: Branch, advantages: Sequence[float], penalty: float) -> TrainSample | None:
+    """The actor sample of an episode whose round r gets advantages[r] less c = ``penalty`` when the
+    environment did not accept its action; None when every round's is about 0 (nothing to train)."""
+    per_round = [a - penalty * (not r.admissible) for a, r in zip(advantages, branch.rounds)]
+    if all(abs(a) <= ADVANTAGE_EPSILON for a in per_round):
+        return None
+    return make_sample(branch.tokens, branch.loss_mask, branch.logprobs, per_round, ACTOR, branch.group,
+                       branch.segment_reward)
+
 
 def forecast_samples(branches: Sequence[Branch], episodes_per_game: int, eta: float) -> list[TrainSample]:
     """CoPE's forecasts: every won episode, its action tokens teacher-forced with weight

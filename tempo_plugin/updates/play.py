@@ -4,6 +4,7 @@ complete episodes, held-out success. The base every update of ``updates/`` build
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -13,6 +14,7 @@ from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.updates.prefix_is import check_prefix_scoring
 from tempo_plugin.rollout.engine import ENV_ERROR, Branch, RolloutLimits, fresh_state, run_branches
+from tempo_plugin.rollout.games import sampling_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Sampler, SamplingParams
 from tempo_plugin.rollout.samples import TrainSample
@@ -39,6 +41,7 @@ class Play:
     protocol: ChatProtocol
     make_env: Callable[[], Env]
     critic_sampler: Sampler | None = None  # the generative critic's model (--critic-weights separate); None: ``sampler``
+    hindsight_sampler: Sampler | None = None  # LVRL's frozen valuer (updates/hindsight.py); None: no hindsight values
 
     def __post_init__(self) -> None:
         if self.critic_sampler is None:
@@ -103,6 +106,18 @@ class Play:
         run_branches(branches, self.sampler, self.protocol, self.params, limits, seed)
         self._release(branches)
         return branches
+
+    def play_groups(self, games: Sequence[int], update: int, stages: bool = False) -> tuple[list[Branch], int, float]:
+        """An update's N = --branches complete episodes of each game: (the episodes of the games whose
+        environment never raised, the episodes that hit an environment error, seconds taken). A
+        raising environment drops its game's whole group."""
+        tic = time.perf_counter()
+        branches = self.play_episodes(games, seed=sampling_seed(self.cfg.seed, update),
+                                      episodes_per_game=self.cfg.branches, stages=stages)
+        seconds = time.perf_counter() - tic
+        broken = {b.group for b in branches if b.stop_reason == ENV_ERROR}
+        env_errors = sum(b.stop_reason == ENV_ERROR for b in branches)
+        return [b for b in branches if b.group not in broken], env_errors, seconds
 
     def success_rate(self, games: Sequence[int], seed: int) -> float:
         """Fraction of complete episodes won, one episode per game."""

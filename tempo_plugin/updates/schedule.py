@@ -43,4 +43,6 @@ def run_update(rollout: TempoRollout, phase_name: str, update: int, next_game: C
     if estimator.tracker:  # SPO picks its games by the trackers' priorities
         return rollout.episode_update(update, rollout.prioritised_games(update))
     games = [next_game() for _ in range(cfg.states_per_batch)]
+    if estimator.hindsight:
+        return rollout.hindsight_update(update, games)
     return rollout.stage_update(update, games) if estimator.stages else rollout.episode_update(update, games)
