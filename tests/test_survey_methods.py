@@ -517,16 +517,22 @@ def test_the_tenths_readout_by_hand():
 
 
 class _RoundScorer:
-    """A frozen valuer that answers the tenth t (t = the round it is asked about, at most 9): V~_t = t / 10 + 0.045."""
+    """A frozen valuer that answers the tenth t (t = the round it is asked about, at most 9): V~_t = t / 10 + 0.045.
+    Each row is the end of one hindsight prompt and one answer prefix."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.rounds: list[int] = []
 
-    def answer_logprobs(self, prompt, answers):
-        t = int(re.search(r"after round (\d+)\?", self.tokenizer.decode(list(prompt)))[1])
-        self.rounds.append(t)
-        return [0.0 if i == min(t, 9) else -60.0 for i in range(len(answers))]
+    def answer_logprobs(self, prompt, rows):
+        out = []
+        for row in rows:
+            text = self.tokenizer.decode(list(prompt) + list(row))
+            t = int(re.search(r"after round (\d+)\?", text)[1])
+            if text.endswith("<value>0.0"):
+                self.rounds.append(t)  # one per prompt: its first answer
+            out.append(0.0 if text.endswith(f"<value>0.{min(t, 9)}") else -60.0)
+        return out
 
 
 def _round_runs(sample) -> list[float]:
@@ -569,3 +575,28 @@ def test_lvrl_is_an_episode_estimator_embedded_only():
     assert cfg.episode_estimator and cfg.total_updates == 2  # no critic warm-up
     with pytest.raises(ConfigError):
         TempoConfig(advantage_estimator="lvrl", branches=1).validate()  # R_bar needs a group
+
+
+def test_the_shared_context_readout_equals_one_prompt_at_a_time(tokenizer, protocol, tiny_model, monkeypatch):
+    from tempo_plugin.critic.prompt import hindsight_messages
+    from tempo_plugin.samplers.local import LocalSampler
+    from tempo_plugin.updates import hindsight
+    from tempo_plugin.updates.hindsight import common_prefix_length
+
+    monkeypatch.setattr(hindsight, "HINDSIGHT_PROMPTS_PER_CALL", 2)  # several calls per episode
+
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4]]) == 2
+    assert common_prefix_length([[1, 2], [1, 2, 5]]) == 1  # the shorter row keeps a token of its own
+    rollout = _rollout(tokenizer, protocol, "lvrl", wrong_first={1})
+    rollout.hindsight_sampler = LocalSampler(tiny_model, tokenizer)
+    episode = rollout.play_groups([0], 0)[0][1]  # the episode that took a wrong key
+    answers, read = rollout.hindsight_answers()
+    by_prompt = []
+    for t in range(1, len(episode.rounds)):
+        prompt = protocol.render_prompt(hindsight_messages(episode.start.task, episode.start.privileged_info,
+                                                           [r.action for r in episode.rounds], episode.won, t, 3, 4))
+        with torch.no_grad():
+            by_prompt.append(read(rollout.hindsight_sampler.answer_logprobs(prompt, answers)))
+    with torch.no_grad():
+        assert rollout.hindsight_values(episode, 3, 4) == pytest.approx(by_prompt, abs=1e-5)
+    assert len(by_prompt) > 2  # more than one call's worth of boundaries

@@ -26,20 +26,43 @@ from tempo_plugin.updates.episodes import episode_metrics, round_sample
 from tempo_plugin.updates.play import Play, UpdateBatch
 
 
+HINDSIGHT_PROMPTS_PER_CALL = 8
+"""Round boundaries scored per call on the shared context (its keys and values are copied per row)."""
+
+
+def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """The number of leading tokens all ``rows`` share, less one if that is all of the shortest (every
+    row keeps at least one token of its own)."""
+    shortest = min(len(r) for r in rows)
+    n = 0
+    while n < shortest and all(r[n] == rows[0][n] for r in rows):
+        n += 1
+    return min(n, shortest - 1)
+
+
 class HindsightUpdates(Play):
     """LVRL: episode updates whose per-round credit a frozen model distributes in hindsight."""
 
     def hindsight_values(self, episode: Branch, group_wins: int, group_size: int) -> list[float]:
-        """V~_1 .. V~_{T-1} of one finished episode, by the frozen model's expected-value readout."""
+        """V~_1 .. V~_{T-1} of one finished episode, by the frozen model's expected-value readout.
+        The T-1 prompts differ only in their last line: their common tokens run once as the
+        context, each row is one prompt's own ending and one answer (a row's ending adds the same
+        log-likelihood to each of its answers, which the readout's normalisation cancels)."""
         if self.hindsight_sampler is None:
             raise RuntimeError("LVRL needs a frozen hindsight model (Play.hindsight_sampler); the driver sets it")
         actions = [r.action for r in episode.rounds]
+        prompts = [self.protocol.render_prompt(hindsight_messages(
+            episode.start.task, episode.start.privileged_info, actions, episode.won, t, group_wins, group_size))
+            for t in range(1, len(actions))]
+        if not prompts:
+            return []
+        shared = common_prefix_length(prompts)
         answers, read = self.hindsight_answers()
-        values = []
-        for t in range(1, len(actions)):
-            prompt = self.protocol.render_prompt(hindsight_messages(
-                episode.start.task, episode.start.privileged_info, actions, episode.won, t, group_wins, group_size))
-            values.append(read(self.hindsight_sampler.answer_logprobs(prompt, answers)))
+        values: list[float] = []
+        for start in range(0, len(prompts), HINDSIGHT_PROMPTS_PER_CALL):
+            rows = [p[shared:] + a for p in prompts[start:start + HINDSIGHT_PROMPTS_PER_CALL] for a in answers]
+            logprobs = self.hindsight_sampler.answer_logprobs(prompts[0][:shared], rows)
+            values += [read(logprobs[i:i + len(answers)]) for i in range(0, len(rows), len(answers))]
         return values
 
     def hindsight_answers(self) -> tuple[list[list[int]], Callable[[Sequence[float]], float]]:
