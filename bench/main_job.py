@@ -35,6 +35,7 @@ VARIANTS: dict[str, list[str]] = {
     "TEMPO (audits, uncalibrated)": UNCALIBRATED,
     "TEMPO (default: calibrated audits)": [],
     "TEMPO (separate critic)": [*SEPARATE, "--critic-learning-rate", "3e-4"],
+    "TEMPO (4 policy epochs)": ["--policy-epochs", "4"],
 }
 """Variant -> its trainer arguments beside the main job's defaults: the default critic until
 2026-12-06 (TD targets and a Monte-Carlo refresh), audits without and with today's calibration map,
