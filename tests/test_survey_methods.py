@@ -568,6 +568,32 @@ def test_lvrl_spreads_each_episodes_outcome_over_its_rounds_by_the_frozen_values
     assert batch.metrics["train/critic_samples"] == 0.0
 
 
+class _OutcomeScorer:
+    """A frozen valuer that reads the outcome line: the tenth 9 for a won episode, 0 for a lost one
+    (``constant``: 4 for both)."""
+
+    def __init__(self, tokenizer, constant: bool = False):
+        self.tokenizer, self.constant = tokenizer, constant
+
+    def answer_logprobs(self, prompt, rows):
+        out = []
+        for row in rows:
+            text = self.tokenizer.decode(list(prompt) + list(row))
+            tenth = 4 if self.constant else 9 if "Outcome: won" in text else 0
+            out.append(0.0 if text.endswith(f"<value>0.{tenth}") else -60.0)
+        return out
+
+
+def test_the_outcome_correlation_tells_a_valuer_that_reads_the_outcome_from_one_that_does_not(tokenizer, protocol):
+    rollout = _rollout(tokenizer, protocol, "lvrl", wrong_first={2, 3})  # game 0: two wins, two losses
+    rollout.hindsight_sampler = _OutcomeScorer(tokenizer)
+    assert rollout.hindsight_update(0, [0]).metrics["hindsight/outcome_corr"] == pytest.approx(1.0)
+    rollout = _rollout(tokenizer, protocol, "lvrl", wrong_first={2, 3})
+    rollout.hindsight_sampler = _OutcomeScorer(tokenizer, constant=True)
+    metrics = rollout.hindsight_update(0, [0]).metrics
+    assert "hindsight/outcome_corr" not in metrics and metrics["hindsight/value_std"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_lvrl_is_an_episode_estimator_embedded_only():
     lvrl = ESTIMATORS["lvrl"]
     assert lvrl.hindsight and lvrl.on_env and not lvrl.on_task and lvrl.slime_rollout is None

@@ -16,7 +16,7 @@ import time
 from typing import Callable, Sequence
 
 from tempo_plugin.algorithms.lvrl import anchored_round_advantages, normalised_by_group_steps
-from tempo_plugin.algorithms.stats import mean, population_std
+from tempo_plugin.algorithms.stats import mean, pearson, population_std
 from tempo_plugin.algorithms.tempo import ADVANTAGE_EPSILON
 from tempo_plugin.critic.prompt import hindsight_messages
 from tempo_plugin.critic.readout import TENTHS, expected_value, expected_value_by_tenths, value_answer_texts
@@ -82,12 +82,14 @@ class HindsightUpdates(Play):
         samples: list[TrainSample] = []
         degenerate: list[float] = []
         read: list[float] = []
+        outcomes: list[float] = []  # the return of the episode each value was read in
         for g in sorted({b.group for b in branches}):
             group = [b for b in branches if b.group == g]
             returns = [b.segment_reward for b in group]
             wins = sum(b.won for b in group)
             hindsight = [self.hindsight_values(b, wins, len(group)) for b in group]
             read += [v for row in hindsight for v in row]
+            outcomes += [r for row, r in zip(hindsight, returns) for _ in row]
             raw = [anchored_round_advantages(h, r, mean(returns)) for h, r in zip(hindsight, returns)]
             table = normalised_by_group_steps(raw)
             degenerate.append(float(all(abs(a) <= ADVANTAGE_EPSILON for row in table for a in row)))
@@ -105,4 +107,8 @@ class HindsightUpdates(Play):
             "time/rollout": rollout_seconds,
             "time/critic": time.perf_counter() - tic,
         }
+        # does the frozen model read the outcome it is shown? near 0: its values carry no credit
+        corr = pearson(read, outcomes) if metrics["hindsight/value_std"] > 1e-9 else None
+        if corr is not None:  # undefined where every value, or every outcome, is the same
+            metrics["hindsight/outcome_corr"] = corr
         return UpdateBatch(samples=samples, metrics=metrics)
