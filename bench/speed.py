@@ -273,7 +273,10 @@ def measure_sampler(model: Any, tokenizer: Any, protocol: Any, device: torch.dev
         seconds, counts = timed_calls(call, args.repeats, device)
     median = statistics.median(seconds)
     per_call = [sum(c) for c in counts]
-    return {
+    closeness = {}
+    if spec["side"] == "ours" and args.dtype != "float32":
+        closeness = logprobs_against_float32(sampler, requests, params, args.model, device)
+    return {**closeness,
         "seconds": seconds, "median_s": median, "tokens_per_s": statistics.median(per_call) / median if median else 0.0,
         "generated_tokens": per_call, "expected_tokens": batch * new_tokens,
         "rows_with_exactly_L": [sum(n == new_tokens for n in c) for c in counts],
@@ -362,6 +365,24 @@ def measure_trainer(model: Any, tokenizer: Any, protocol: Any, device: torch.dev
     }
 
 
+def logprobs_against_float32(sampler: Any, requests: list, params: Any, model_name: str, device: torch.device) -> dict:
+    """The sampler's per-token log-probs of one call against the same tokens' log-probs under the
+    model in float32 (what the trainer recomputes): max and mean |difference|."""
+    from tempo_plugin.embedded.model import load_pretrained
+    from tempo_plugin.logprobs import token_logprobs
+
+    completions = sampler.generate(requests, params, seed=12345)
+    exact, _ = load_pretrained(model_name, device)
+    diffs: list[float] = []
+    with torch.no_grad():
+        for request, completion in zip(requests, completions):
+            ids = torch.tensor([list(request.prompt_ids) + completion.token_ids], device=device)
+            recomputed = token_logprobs(exact, ids, torch.ones_like(ids), params.temperature,
+                                        first=len(request.prompt_ids))[0, len(request.prompt_ids):]
+            diffs += (recomputed.float().cpu() - torch.tensor(completion.logprobs)).abs().tolist()
+    return {"logprob_abs_diff_max": max(diffs), "logprob_abs_diff_mean": statistics.mean(diffs)}
+
+
 def measure_one(spec: dict, args) -> dict:
     """Load the model afresh and run one measurement."""
     from tempo_plugin.embedded.model import load_pretrained
@@ -371,6 +392,7 @@ def measure_one(spec: dict, args) -> dict:
     device = torch.device(args.device)
     torch.manual_seed(0)
     model, tokenizer = load_pretrained(args.model, device)
+    model.to(getattr(torch, args.dtype))
     with torch.no_grad():  # weights loaded as a file mapping become resident now, not in the measurement
         for tensor in [*model.parameters(), *model.buffers()]:
             tensor.sum()
@@ -516,28 +538,34 @@ def render(report: dict) -> str:
         ["B x L", "prompt tokens (mean)", "ours tok/s", "generate tok/s", "ours / generate", "tokens ours",
          "tokens generate", "peak mem ours (MB)", "peak mem generate (MB)"],
         "lrrrrllrr", rows)
-    rows = []
-    for row in report["trainer"]:
-        ours, base = row["ours"], row["plain"]
-        rows.append([row["batch_label"], fmt(ours.get("samples")), fmt(ours.get("tokens")), fmt(ours.get("model_tokens")),
-                     fmt(ours.get("tokens_per_s")), fmt(base.get("tokens_per_s")), fmt(row["ratio"], 2),
-                     fmt(ours.get("median_s"), 2), fmt(base.get("median_s"), 2), fmt(ours.get("peak_growth_mb")),
-                     fmt(base.get("peak_growth_mb"))])
-    lines += markdown_table(
-        "Trainer: one optimiser step, real tokens of the samples / seconds",
-        ["batch", "samples", "tokens", "model tokens (ours)", "ours tok/s", "plain tok/s", "ours / plain", "ours s",
-         "plain s", "peak mem ours (MB)", "peak mem plain (MB)"],
-        "lrrrrrrrrrr", rows)
-    rows = []
-    for row in report["lora"]:
-        lora, full = row["lora"], row["full"]
-        rows.append([row["batch_label"], fmt(lora.get("trainable_params")), fmt(lora.get("tokens_per_s")),
-                     fmt(full.get("tokens_per_s")), fmt(row["ratio"], 2), fmt(lora.get("peak_growth_mb")),
-                     fmt(full.get("peak_growth_mb"))])
-    lines += markdown_table(
-        f"LoRA (rank {s['lora_rank']}, alpha {2 * s['lora_rank']}, all projections) against full fine-tuning, our trainer",
-        ["batch", "trainable params", "LoRA tok/s", "full tok/s", "LoRA / full", "peak mem LoRA (MB)", "peak mem full (MB)"],
-        "lrrrrrr", rows)
+    checked = [row for row in report["sampler"] if "logprob_abs_diff_max" in row["ours"]]
+    if checked:
+        lines += ["", "Our sampler's log-probs against the float32 recompute of the same tokens (max / mean |difference|): "
+                  + "; ".join(f"{r['batch']} x {r['new_tokens']}: {r['ours']['logprob_abs_diff_max']:.3f} / "
+                              f"{r['ours']['logprob_abs_diff_mean']:.4f}" for r in checked) + "."]
+    if not s.get("sampler_only"):
+        rows = []
+        for row in report["trainer"]:
+            ours, base = row["ours"], row["plain"]
+            rows.append([row["batch_label"], fmt(ours.get("samples")), fmt(ours.get("tokens")), fmt(ours.get("model_tokens")),
+                         fmt(ours.get("tokens_per_s")), fmt(base.get("tokens_per_s")), fmt(row["ratio"], 2),
+                         fmt(ours.get("median_s"), 2), fmt(base.get("median_s"), 2), fmt(ours.get("peak_growth_mb")),
+                         fmt(base.get("peak_growth_mb"))])
+        lines += markdown_table(
+            "Trainer: one optimiser step, real tokens of the samples / seconds",
+            ["batch", "samples", "tokens", "model tokens (ours)", "ours tok/s", "plain tok/s", "ours / plain", "ours s",
+             "plain s", "peak mem ours (MB)", "peak mem plain (MB)"],
+            "lrrrrrrrrrr", rows)
+        rows = []
+        for row in report["lora"]:
+            lora, full = row["lora"], row["full"]
+            rows.append([row["batch_label"], fmt(lora.get("trainable_params")), fmt(lora.get("tokens_per_s")),
+                         fmt(full.get("tokens_per_s")), fmt(row["ratio"], 2), fmt(lora.get("peak_growth_mb")),
+                         fmt(full.get("peak_growth_mb"))])
+        lines += markdown_table(
+            f"LoRA (rank {s['lora_rank']}, alpha {2 * s['lora_rank']}, all projections) against full fine-tuning, our trainer",
+            ["batch", "trainable params", "LoRA tok/s", "full tok/s", "LoRA / full", "peak mem LoRA (MB)", "peak mem full (MB)"],
+            "lrrrrrr", rows)
     methods = {r.get("memory_method") for r in all_measurements(report) if r.get("memory_method")}
     lines += [
         "",
@@ -585,6 +613,10 @@ def parse_args(argv: list[str] | None = None):
                         help="padded tokens per micro-batch, both trainers (default: 2048 on CPU, 16384 on CUDA)")
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--lora-rank", type=int, default=32)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the model's dtype on both sides; with bfloat16 our sampler's log-probs are also checked "
+                             "against a float32 recompute (writes speed-<model>-bfloat16.md/.json)")
+    parser.add_argument("--sampler-only", action="store_true", help="measure the sampler only, not the trainer")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (the smoke test)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder of speed-<model>.md/.json")
     parser.add_argument("--resume", action="store_true",
@@ -611,13 +643,15 @@ def worker_argv(args) -> list[str]:
     return ["--model", args.model, "--device", args.device, "--threads", str(args.threads), "--repeats", str(args.repeats),
             "--groups", str(args.groups), "--group-size", str(args.group_size), "--prompt-tokens", str(args.prompt_tokens),
             "--completion-tokens", str(args.completion_tokens), "--tokens-per-micro-batch", str(args.tokens_per_micro_batch),
-            "--learning-rate", str(args.learning_rate), "--lora-rank", str(args.lora_rank)]
+            "--learning-rate", str(args.learning_rate), "--lora-rank", str(args.lora_rank), "--dtype", args.dtype]
 
 
 def measurement_specs(args) -> list[dict]:
     """Every measurement, in the order they run."""
     specs = [{"kind": "sampler", "side": side, "batch": batch, "new_tokens": new_tokens}
              for batch in args.batches for new_tokens in args.new_tokens for side in ("ours", "generate")]
+    if args.sampler_only:
+        return specs
     return specs + [{"kind": "trainer", "side": side, "batch": batch}
                     for batch in ("shared", "own") for side in ("ours", "plain", "lora")]
 
@@ -680,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     passed = worker_argv(args)
     out = Path(args.out)
-    slug = model_slug(args.model)
+    slug = model_slug(args.model) + ("" if args.dtype == "float32" else f"-{args.dtype}")
     json_path, md_path = out / f"speed-{slug}.json", out / f"speed-{slug}.md"
     settings = {k: v for k, v in vars(args).items() if k not in ("worker", "out")}
     results = finished_measurements(json_path, settings) if args.resume else {}
