@@ -4,10 +4,11 @@ N = --branches complete episodes of each game; a frozen copy of the policy as RL
 run's ``hindsight_sampler``; it never trains) reads each finished episode with the hindsight prompt
 (``critic.prompt.hindsight_messages``) once per round boundary t = 1 .. T-1 and gives V~_t by the
 expected-value readout by tenths (``critic.readout.TENTHS``: 11 answer prefixes that marginalise the
-critic's 101 ``<value>`` answers, 7x cheaper; the full 101 where the tokenizer does not split the
-answers at those prefixes). No parse can fail. The anchored advantages A_t = V~_{t+1} - V~_t between V~_0 = the group's mean return and
-V~_T = the episode's return, divided by the group's step standard deviation, go to the episode's
-rounds, less --invalid-action-penalty on a round whose action the environment did not accept.
+critic's 101 ``<value>`` answers; the full 101 where the tokenizer does not split the answers at
+those prefixes). No parse can fail. The anchored advantages A_t = V~_{t+1} - V~_t between V~_0 =
+the group's mean return and V~_T = the episode's return, divided by the group's step standard
+deviation, go to the episode's rounds, less --invalid-action-penalty on a round whose action the
+environment did not accept.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ class HindsightUpdates(Play):
         if "_hindsight_answers" not in self.__dict__:
             full = [self.protocol.encode(text) for text in value_answer_texts()]
             tenths = [self.protocol.encode(prefix) for prefix, _ in TENTHS]
-            splits = all(full[j][:len(tenths[b])] == tenths[b] for j in range(len(full))
-                         for b in [min(j // 10, 10)])
+            tenth_of = [min(j // 10, 10) for j in range(len(full))]  # 0.00-0.09 -> "<value>0.0", ..., 1.00 -> "<value>1"
+            splits = all(answer[:len(tenths[b])] == tenths[b] for answer, b in zip(full, tenth_of))
             self.__dict__["_hindsight_answers"] = (tenths, expected_value_by_tenths) if splits else (full, expected_value)
         return self.__dict__["_hindsight_answers"]
 
