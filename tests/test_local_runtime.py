@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from tempo_plugin.config import ConfigError, TempoConfig
 from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.embedded.trainer import PolicyTrainer
 from tempo_plugin.logprobs import token_logprobs
@@ -370,3 +371,35 @@ def test_a_checkpointed_model_runs_every_row_in_full_under_gradients(tiny_model)
     assert torch.allclose(with_grad.detach(), plain, atol=1e-5)
     set_activation_checkpointing(model, False)
     assert not checkpointed(model)
+
+
+# -- --sampler-dtype ---------------------------------------------------------------------------------
+
+def test_a_bfloat16_sampling_copy_follows_the_trained_weights_and_samples_close_to_float32(tokenizer, tiny_model):
+    from tempo_plugin.embedded.model import refresh_sampling_copy, sampling_copy
+
+    assert sampling_copy(tiny_model, "float32") is tiny_model
+    mirror = sampling_copy(tiny_model, "bfloat16")
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in mirror.parameters())
+    with torch.no_grad():  # a training step moves the float32 weights ...
+        for p in tiny_model.parameters():
+            p.add_(0.01)
+    before = next(mirror.parameters()).clone()
+    refresh_sampling_copy(mirror, tiny_model)  # ... and the copy follows, rounded to bfloat16
+    for copied, source in zip(mirror.parameters(), tiny_model.parameters()):
+        assert torch.equal(copied, source.detach().to(torch.bfloat16))
+    assert not torch.equal(before, next(mirror.parameters()))
+    prompt = tokenizer.encode("Task: open the vault", add_special_tokens=False)
+    completion = LocalSampler(mirror, tokenizer).generate([Request(prompt, 12)], SamplingParams(), seed=0)[0]
+    ids = torch.tensor([prompt + completion.token_ids])
+    with torch.no_grad():
+        exact = token_logprobs(tiny_model, ids, torch.ones_like(ids), 1.0, first=len(prompt))[0, len(prompt):]
+    diff = (exact - torch.tensor(completion.logprobs)).abs()
+    assert 0 < float(diff.max()) < 0.5  # bfloat16 rounding, not another distribution
+
+
+def test_the_sampler_dtype_is_checked_and_refused_on_slime():
+    with pytest.raises(ConfigError, match="--sampler-dtype must be one of float32, bfloat16"):
+        TempoConfig(sampler_dtype="float16").validate()
+    from tempo_plugin.slime.settings import NOT_ON_SLIME
+    assert "sampler_dtype" in NOT_ON_SLIME

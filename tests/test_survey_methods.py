@@ -626,3 +626,4 @@ def test_the_shared_context_readout_equals_one_prompt_at_a_time(tokenizer, proto
     with torch.no_grad():
         assert rollout.hindsight_values(episode, 3, 4) == pytest.approx(by_prompt, abs=1e-5)
     assert len(by_prompt) > 2  # more than one call's worth of boundaries
+

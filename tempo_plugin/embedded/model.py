@@ -247,3 +247,28 @@ def load_policy(cfg: TempoConfig, device: torch.device, progress: Callable[[int,
     if cfg.model:
         return load_pretrained(cfg.model, device, cfg.cache_dir)
     return build_bootstrapped_tiny(cfg, device, progress)
+
+
+def sampling_copy(model: Any, dtype: str) -> Any:
+    """The model the sampler runs: ``model`` itself for float32, else a frozen copy in ``dtype``
+    (``--sampler-dtype``) that ``refresh_sampling_copy`` keeps equal to it."""
+    if dtype == "float32":
+        return model
+    import copy
+
+    mirror = copy.deepcopy(model).to(getattr(torch, dtype))
+    mirror.eval()
+    mirror.requires_grad_(False)
+    return mirror
+
+
+@torch.no_grad()
+def refresh_sampling_copy(mirror: Any, model: Any) -> None:
+    """Copy ``model``'s current weights into its sampling copy (cast to the copy's dtype); nothing
+    when the sampler runs ``model`` itself."""
+    if mirror is model:
+        return
+    for (name, target), (source_name, source) in zip(mirror.named_parameters(), model.named_parameters()):
+        if name != source_name:
+            raise RuntimeError(f"the sampling copy's parameter {name} does not match the policy's {source_name}")
+        target.copy_(source)

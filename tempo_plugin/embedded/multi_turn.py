@@ -18,7 +18,7 @@ import time
 from typing import Any, Callable
 
 from tempo_plugin.embedded.lora import apply_lora
-from tempo_plugin.embedded.model import load_adapted, load_pretrained, resolve_device
+from tempo_plugin.embedded.model import load_adapted, load_pretrained, refresh_sampling_copy, resolve_device, sampling_copy
 from tempo_plugin.samplers.local import LocalSampler
 from tempo_plugin.embedded.trainer import PolicyTrainer, more_steps
 from tempo_plugin.config import ConfigError, TempoConfig
@@ -98,7 +98,8 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         critic_trainer = policy_trainer(cfg, critic_model, tokenizer, cfg.critic_learning_rate)
     # LVRL: a frozen copy of the policy as RL starts values each finished episode in hindsight
     hindsight = LocalSampler(frozen_policy(cfg, device), tokenizer) if ESTIMATORS[cfg.advantage_estimator].hindsight else None
-    rollout = TempoRollout(cfg, LocalSampler(model, tokenizer), protocol, make_env,
+    sampling_model = sampling_copy(model, cfg.sampler_dtype)  # --sampler-dtype bfloat16: a copy, refreshed below
+    rollout = TempoRollout(cfg, LocalSampler(sampling_model, tokenizer), protocol, make_env,
                            critic_sampler=LocalSampler(critic_trainer.model, tokenizer) if critic_trainer else None,
                            hindsight_sampler=hindsight)
     eval_rollout = TempoRollout(cfg, rollout.sampler, protocol, make_eval_env)  # held-out games only
@@ -114,6 +115,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
     value_log = MetricsLog(out / VALUE_PAIRS_FILE, keep_updates_below=progress.next_update if cfg.resume else None)
 
     def evaluate(update: int, what: str) -> float:
+        refresh_sampling_copy(sampling_model, model)
         print(f"measuring the {what} policy's success rate on {cfg.eval_games} held-out games ...", flush=True)
         rate = eval_rollout.success_rate(eval_games(cfg.eval_games), seed=cfg.seed)
         log.log({"phase": "eval", "update": update, SUCCESS_RATE: rate, ENV_STEPS: float(progress.env_steps)})
@@ -134,6 +136,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         if phase != WARMUP:  # the warm-up trains at --learning-rate, every other update at --td-learning-rate
             for group in optimizer.param_groups:
                 group["lr"] = cfg.td_learning_rate
+        refresh_sampling_copy(sampling_model, model)
         batch = run_update(rollout, phase, update, next_game, store)
         train_tic = time.perf_counter()
         train_metrics = train_step(trainer, batch.samples, critic_epochs(cfg, phase), critic_trainer, cfg.policy_epochs)
@@ -155,6 +158,7 @@ def run(cfg: TempoConfig) -> dict[str, Any]:
         log.log(metrics)
         log_value_pairs(value_log, phase, update, batch.value_pairs)
         if phase == TD and mc_refresh_due(cfg, update):
+            refresh_sampling_copy(sampling_model, model)
             refresh = mc_refresh(rollout, trainer, update, next_game, critic_trainer)
             progress.env_steps += int(refresh.metrics.get("rollout/rounds", 0))
             log.log({"phase": MC_REFRESH, "update": update, **refresh.metrics, "store/size": float(len(store)),

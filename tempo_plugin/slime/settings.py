@@ -91,6 +91,7 @@ NOT_ON_SLIME: dict[str, str] = {
     "policy_epochs": "slime takes its optimiser steps per rollout from its own flags (--global-batch-size against the "
                      "rollout's samples)",
     "spo_discount": "SPO runs on the embedded runtime only (its trackers are not kept by the slime data source)",
+    "sampler_dtype": "SGLang serves the model in its own dtype: set --dtype in the SGLang arguments of the launch",
 }
 """TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
