@@ -160,8 +160,9 @@ class TempoConfig:
                 "critic with --critic-weights separate"})
     sampler_dtype: str = field(default="float32", metadata={
         "help": "the dtype the embedded sampler runs in: bfloat16 samples from a bfloat16 copy of the policy, refreshed "
-                "before every update and evaluation (about 2x the float32 rate on a CPU with AVX-512 BF16; its "
-                "log-probs differ from the float32 trainer's by about 0.04 per token, train/sampler_logprob_abs_diff)",
+                "before every update and evaluation (about 2x the float32 rate where sampling is arithmetic-bound, e.g. 32 "
+                "rows x 32 tokens on a CPU with AVX-512 BF16; no gain on short actions; log-probs about 0.04 per token "
+                "from the float32 trainer's, train/sampler_logprob_abs_diff)",
         "choices": ("float32", "bfloat16")})
     policy_epochs: int = field(default=1, metadata={
         "help": "the actor's optimiser steps per batch: 1 is on-policy (every ratio is 1, so clipping, ratio masking "
