@@ -2,6 +2,7 @@
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,17 @@ def offline_records(path: Path) -> list:
     return records
 
 
+def finished_records(path: Path, timeout_s: float = 60.0) -> list:
+    """The run file's records once wandb's writer (a process of its own) has written its exit record:
+    on a loaded machine the file can still be growing when ``finish`` has returned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = offline_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
 def test_offline_wandb_run_holds_the_metrics_and_config(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -59,7 +71,7 @@ def test_offline_wandb_run_holds_the_metrics_and_config(tmp_path, monkeypatch):
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     run_id = (out / "wandb_run_id").read_text().strip()
-    records = offline_records(runs[0] / f"run-{run_id}.wandb")
+    records = finished_records(runs[0] / f"run-{run_id}.wandb")
     kinds = [r.WhichOneof("record_type") for r in records]
 
     config = {}  # the run record carries the config given to wandb.init; config records later changes
