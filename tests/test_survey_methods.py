@@ -599,7 +599,7 @@ def test_lvrl_is_an_episode_estimator_embedded_only():
     assert lvrl.hindsight and lvrl.on_env and not lvrl.on_task and lvrl.slime_rollout is None
     cfg = TempoConfig(advantage_estimator="lvrl", td_updates=2).validate()
     assert cfg.episode_estimator and cfg.total_updates == 2  # no critic warm-up
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="--branches must be >= 2"):
         TempoConfig(advantage_estimator="lvrl", branches=1).validate()  # R_bar needs a group
 
 

@@ -55,14 +55,18 @@ def two_hot(target: float) -> list[tuple[int, float]]:
     return [(j, 1.0 - w), (j + 1, w)]
 
 
+def _softmax(logprobs: Sequence[float]) -> list[float]:
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
 def answer_distribution(answer_logprobs: Sequence[float]) -> list[float]:
     """p_j: the answers' likelihoods normalised over the grid (a softmax of their log-likelihoods)."""
     if len(answer_logprobs) != len(VALUE_GRID):
         raise ValueError(f"expected {len(VALUE_GRID)} answer log-likelihoods (one per grid value), got {len(answer_logprobs)}")
-    top = max(answer_logprobs)
-    weights = [math.exp(lp - top) for lp in answer_logprobs]
-    total = sum(weights)
-    return [w / total for w in weights]
+    return _softmax(answer_logprobs)
 
 
 def expected_value(answer_logprobs: Sequence[float]) -> float:
@@ -81,6 +85,4 @@ def expected_value_by_tenths(prefix_logprobs: Sequence[float]) -> float:
     mean value): the expected value read with 11 answers instead of 101."""
     if len(prefix_logprobs) != len(TENTHS):
         raise ValueError(f"expected {len(TENTHS)} prefix log-likelihoods (one per tenth), got {len(prefix_logprobs)}")
-    top = max(prefix_logprobs)
-    weights = [math.exp(lp - top) for lp in prefix_logprobs]
-    return sum(w * m for w, (_, m) in zip(weights, TENTHS)) / sum(weights)
+    return sum(p * m for p, (_, m) in zip(_softmax(prefix_logprobs), TENTHS))

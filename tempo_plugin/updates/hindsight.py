@@ -87,11 +87,12 @@ class HindsightUpdates(Play):
         for g in sorted({b.group for b in branches}):
             group = [b for b in branches if b.group == g]
             returns = [b.segment_reward for b in group]
+            group_mean = mean(returns)  # V~_0 of every episode of the group
             wins = sum(b.won for b in group)
             hindsight = [self.hindsight_values(b, wins, len(group)) for b in group]
             read += [v for row in hindsight for v in row]
             outcomes += [r for row, r in zip(hindsight, returns) for _ in row]
-            raw = [anchored_round_advantages(h, r, mean(returns)) for h, r in zip(hindsight, returns)]
+            raw = [anchored_round_advantages(h, r, group_mean) for h, r in zip(hindsight, returns)]
             table = normalised_by_group_steps(raw)
             degenerate.append(float(all(abs(a) <= ADVANTAGE_EPSILON for row in table for a in row)))
             for branch, row in zip(group, table):
