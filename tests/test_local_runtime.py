@@ -1,5 +1,6 @@
 """The embedded runtime: sampler log-probs agree with the trainer's, the trainer step moves them."""
 
+import copy
 import math
 
 import pytest
@@ -94,6 +95,27 @@ def test_kept_cache_extension_gives_the_same_logprobs_as_a_fresh_prefill(tiny_mo
     # a request that extends no kept row falls back to a fresh prefill
     sampler.generate([Request(tokenizer.encode("unrelated"), 3)], params, seed=9)
     assert sampler.reused_calls == 2
+
+
+def test_kept_cache_is_not_reused_after_the_weights_change(tiny_model, tokenizer):
+    model = copy.deepcopy(tiny_model)
+    sampler = LocalSampler(model, tokenizer)
+    params = SamplingParams(stop_token_ids=(tokenizer.eos_token_id,))
+    prompt = tokenizer.encode("Hall 1 of 3. A door leads north.", add_special_tokens=False)
+    first = sampler.generate([Request(prompt, 4)], params, seed=0)[0]
+    extended = prompt + first.token_ids + tokenizer.encode(" You see a key.", add_special_tokens=False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.tensor([prompt])).logits.sum().backward()
+    optimizer.step()  # a training step between two rounds of one rollout
+    second = sampler.generate([Request(extended, 4)], params, seed=1)[0]
+    assert sampler.reused_calls == 0  # the old keys/values were not extended
+    full = torch.tensor([extended + second.token_ids])
+    with torch.no_grad():
+        reference = token_logprobs(model, full, torch.ones_like(full), 1.0)[0, len(extended):]
+    assert torch.allclose(reference, torch.tensor(second.logprobs), atol=1e-4)
+    third = extended + second.token_ids + tokenizer.encode(" It is dark.", add_special_tokens=False)
+    sampler.generate([Request(third, 4)], params, seed=2)
+    assert sampler.reused_calls == 1  # unchanged weights: extended as before
 
 
 def test_token_logprobs_from_a_first_column_match_the_full_computation(tiny_model):

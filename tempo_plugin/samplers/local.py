@@ -9,7 +9,9 @@ the KV cache of its last call: when every request of the next call extends a dis
 call (the tokens the cache holds are a prefix of its prompt), only the new tokens are prefilled.
 The new tokens of all rows are left-padded into one block; the padding stays masked out of
 attention and positions count real tokens only, so the result equals a fresh prefill. Any other
-call (a critic call, a new batch) prefills from scratch and replaces the kept cache; there,
+call (a critic call, a new batch) prefills from scratch and replaces the kept cache, as does any
+call after the model's weights changed (a training step, a refreshed sampling copy: the kept
+keys/values belong to the old weights); there,
 requests with the same prompt (the N branches of one start state, the K samples of one critic
 prompt) prefill it once and share the cache row. ``prompt_tokens`` / ``prefill_tokens`` count both.
 """
@@ -41,6 +43,13 @@ class _KeptCache:
     cache: Any
     attention: torch.Tensor  # [B, W] 1 where the cached position holds a visible token
     visible: list[list[int]]  # per row, the tokens whose keys/values the cache holds (unmasked)
+    weights_version: int  # the model's weights_version when the cache was computed
+
+
+def weights_version(model: Any) -> int:
+    """A number that changes whenever any parameter is written in place (an optimiser step, a
+    ``copy_`` or ``load_state_dict``): the sum of the parameters' autograd version counters."""
+    return sum(p._version for p in model.parameters())
 
 
 @dataclass
@@ -128,6 +137,8 @@ class LocalSampler:
         kept = self._kept
         if kept is None or not requests or len(requests) > self.max_batch_size:
             return None
+        if kept.weights_version != weights_version(self.model):
+            return None  # keys/values of weights the model no longer has
         longest = max(len(r.prompt_ids) for r in requests)
         if kept.attention.shape[1] > 2 * longest + 512:
             return None  # too many masked holes: a fresh prefill is cheaper
@@ -251,6 +262,7 @@ class LocalSampler:
         self._kept = _KeptCache(
             cache=cache, attention=attention,
             visible=[list(r.prompt_ids) + t[:-1] for r, t in zip(requests, tokens)],
+            weights_version=weights_version(self.model),
         )
         return [
             Completion(token_ids=t, logprobs=lp, text=self.tokenizer.decode(t, skip_special_tokens=True), finish_reason=f)
