@@ -47,7 +47,9 @@ def recipe(array: str) -> list[str]:
 METHODS: dict[str, list[str]] = {
     "TEMPO (TD critic)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
                           "--audit-weight", "0", "--critic-calibration", "none"],
-    "TEMPO (calibrated audits)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS")],
+    # the recipe before it took every start state fresh: 3 of 4 start states from the store
+    "TEMPO (calibrated audits)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"), "--fresh-share", "0.25"],
+    "TEMPO (fresh starts)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS")],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }

@@ -13,10 +13,12 @@ SMOLLM2_ARGS=(
   --states-per-batch 4 --branches 4 --eval-games 64
 )
 # TEMPO: 2 critic warm-up updates (2 games x 4 episodes each), 12 TD updates of K = 4 critic
-# samples per start state and one critic sample per endpoint, no Monte-Carlo refresh.
+# samples per start state and one critic sample per endpoint, no Monte-Carlo refresh. Every start
+# state is a fresh game: at one vault the key, the only decision, is the first action, and the
+# states a macro-step leaves unfinished are mostly lost games (docs/experiments/smollm2-135m.md).
 SMOLLM2_TEMPO_ARGS=(
   --critic-samples 4 --endpoint-samples 1 --warmup-updates 2 --warmup-games-per-batch 2
-  --td-updates 12 --mc-refresh-every 0
+  --td-updates 12 --mc-refresh-every 0 --fresh-share 1
 )
 # Multi-turn GRPO: 4 games x 4 complete episodes per update; --max-env-steps stops it at TEMPO's
 # budget of environment steps (see docs/experiments/smollm2-135m.md).
