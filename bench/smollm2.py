@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct: TEMPO (TD critic, calibrated audits), multi-turn GRPO and Temporal GRPO at
+"""SmolLM2-135M-Instruct: TEMPO (TD critic, calibrated audits, fresh starts), multi-turn GRPO and Temporal GRPO at
 an equal budget of environment steps, from one shared warm start (issue 39's comparison).
 
     .venv/bin/python bench/smollm2.py [--vaults 1] [--seeds 0 1 2] [--env-steps 2400] [--eval-games 128]
