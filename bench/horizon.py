@@ -155,6 +155,12 @@ def hollow_checks(run: Path) -> dict[str, float]:
     corr = [r["critic/value_corr"] for r in training if "critic/value_corr" in r]
     if corr:
         checks["critic_corr_last_quarter"] = statistics.fmean(corr[-max(1, len(corr) // 4):])
+    unfinished = [r["actor/macro_boundary_rate"] for r in training if "actor/macro_boundary_rate" in r]
+    if unfinished:  # the share of branches whose endpoint took a value (the critic's, or the gate's fallback)
+        checks["endpoints_valued_share"] = statistics.fmean(unfinished)
+    ready = [r["critic/ready"] for r in training if "critic/ready" in r]
+    if ready:  # the share of TD updates whose endpoints the critic valued (readiness gate open)
+        checks["gate_open_share"] = statistics.fmean(ready)
     return checks
 
 

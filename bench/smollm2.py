@@ -2,7 +2,7 @@
 an equal budget of environment steps, from one shared warm start (issue 39's comparison).
 
     .venv/bin/python bench/smollm2.py [--vaults 1] [--seeds 0 1 2] [--env-steps 2400] [--eval-games 128]
-                                      [--methods ...] [--mc-games 16 --mc-samples 16] [--out bench/results/smollm2]
+                                      [--methods ...] [--no-critic] [--out bench/results/smollm2]
 
 Every run is ``scripts/smollm2-135m/common.sh``'s recipe (its ``SMOLLM2_ARGS``: the warm start, LoRA,
 the memory settings, 4 games x 4 branches or episodes) with the method's own flags, ``--vaults``,
@@ -10,12 +10,13 @@ the memory settings, 4 games x 4 branches or episodes) with the method's own fla
 after, and ``--warm-start-seed 0``: every seed starts from the same warm-started weights, so seeds
 differ in RL only. A finished run made with the same settings is read again, not rerun (as in
 bench/horizon.py); an interrupted one continues from its last checkpoint. Each finished TEMPO run's critic is then
-measured against Monte Carlo (``analysis/mc_critic``, ``--mc-games`` x ``--mc-samples``).
+measured against Monte Carlo (``analysis/mc_critic``, 16 held-out games x 16 continuations: ``horizon.CALIBRATION``).
 
 Writes ``smollm2.md`` and ``smollm2.json`` under ``--out``: per method the held-out success before
 and after per seed, the change, how many seeds gained at least 0.10, the hollow checks (fewest
-actor samples in an update, mean degenerate-group share), the environment steps, and the critic
-against Monte Carlo.
+actor samples in an update, mean degenerate-group share; for TEMPO the share of branches whose
+endpoint took a value and the share of TD updates with the readiness gate open: the critic's part),
+the environment steps, and the critic against Monte Carlo.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from credit import eval_points, run_slug, run_trainer  # noqa: E402
-from horizon import calibration, hollow_checks  # noqa: E402
+from horizon import calibrate, calibration, hollow_checks  # noqa: E402
 
 GAIN = 0.10  # the goal's gain in held-out success
 
@@ -50,6 +51,10 @@ METHODS: dict[str, list[str]] = {
     # the recipe before it took every start state fresh: 3 of 4 start states from the store
     "TEMPO (calibrated audits)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"), "--fresh-share", "0.25"],
     "TEMPO (fresh starts)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS")],
+    # macro-steps shorter than a won game (4-6 rounds), so that the critic values most endpoints, and the
+    # states audits pass at those boundaries audit it (the fresh start states alone all look alike)
+    "TEMPO (3-round macro-steps)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
+                                    "--macro-rounds", "3", "--audit-boundaries"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }
@@ -60,17 +65,6 @@ def trainer_args(method: str, seed: int, args: argparse.Namespace) -> list[str]:
     return [*recipe("SMOLLM2_ARGS"), *METHODS[method], "--vaults", str(args.vaults), "--seed", str(seed),
             "--warm-start-seed", "0", "--td-updates", "1000", "--max-env-steps", str(args.env_steps),
             "--eval-games", str(args.eval_games), "--eval-every", "1000"]
-
-
-def calibrate(run: Path, args: argparse.Namespace) -> None:
-    if (run / "mc_critic" / "summary.json").is_file():
-        return
-    print(f"measuring {run}'s critic against Monte Carlo ...", flush=True)
-    with open(run.parent / f"{run.name}.mc_critic.log", "w") as log:
-        subprocess.run([sys.executable, "-m", "analysis.mc_critic", str(run), "--games", str(args.mc_games),
-                        "--mc-samples", str(args.mc_samples), "--critic-samples", "4", "--action-states", "0",
-                        "--out", str(run / "mc_critic")], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def summarise(runs: dict[str, dict[int, Path]]) -> dict:
@@ -85,12 +79,19 @@ def summarise(runs: dict[str, dict[int, Path]]) -> dict:
     return summary
 
 
+def share(rows: dict, seeds: list[int], check: str) -> str:
+    """A TEMPO hollow check's mean over the seeds ('-' for a method without it)."""
+    values = [rows[s][check] for s in seeds if check in rows[s]]
+    return f"{statistics.fmean(values):.2f}" if values else "-"
+
+
 def table(summary: dict, args: argparse.Namespace) -> str:
     lines = [f"SmolLM2-135M-Instruct, {args.vaults} vaults, {args.env_steps} environment steps, held-out success on "
              f"{args.eval_games} games before and after, one warm start (--warm-start-seed 0) for every seed.", "",
              "| method | seeds | env steps | base | final per seed | change per seed | change mean | gained >= 0.10 "
-             "| actor samples min | degenerate groups | critic MAE / constant | critic estimate - MC |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| actor samples min | degenerate groups | endpoints valued | gate open | critic MAE / constant "
+             "| critic estimate - MC |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, rows in summary.items():
         seeds = sorted(rows)
         changes = [rows[s]["final"] - rows[s]["base"] for s in seeds]
@@ -106,7 +107,9 @@ def table(summary: dict, args: argparse.Namespace) -> str:
             f"| {' / '.join(f'{c:+.3f}' for c in changes)} | {statistics.fmean(changes):+.3f} "
             f"| {sum(c >= GAIN - 1e-9 for c in changes)}/{len(seeds)} "
             f"| {min(rows[s]['actor_samples_min'] for s in seeds):.0f} "
-            f"| {statistics.fmean(rows[s]['degenerate_group_rate'] for s in seeds):.2f} | {critic_cells[0]} | {critic_cells[1]} |")
+            f"| {statistics.fmean(rows[s]['degenerate_group_rate'] for s in seeds):.2f} "
+            f"| {share(rows, seeds, 'endpoints_valued_share')} | {share(rows, seeds, 'gate_open_share')} "
+            f"| {critic_cells[0]} | {critic_cells[1]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -117,8 +120,6 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=2400)
     parser.add_argument("--eval-games", type=int, default=128)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--mc-games", type=int, default=16)
-    parser.add_argument("--mc-samples", type=int, default=16)
     parser.add_argument("--no-critic", action="store_true", help="skip the Monte-Carlo measurement of the critics")
     parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1))
     parser.add_argument("--out", default="bench/results/smollm2")
@@ -138,7 +139,7 @@ def main() -> None:
             runs[method][seed] = run_trainer(f"{method} seed {seed}", folder, trainer_args(method, seed, args),
                                              args.threads)
             if "TEMPO" in method and not args.no_critic:
-                calibrate(folder, args)
+                calibrate(folder, args.threads)
     summary = summarise({method: by_seed for method, by_seed in runs.items() if by_seed})
     (out / "smollm2.json").write_text(json.dumps({"settings": vars(args), "summary": summary}, indent=1, default=str))
     text = table(summary, args)

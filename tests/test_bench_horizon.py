@@ -40,9 +40,11 @@ def test_hollow_checks_by_hand(tmp_path):
         {"phase": "warmup", "update": 0, "rollout/rounds": 100.0, "rollout/admissible_action_rate": 0.9,
          "train/actor_samples": 0.0},
         {"phase": "td", "update": 1, "rollout/rounds": 200.0, "train/actor_samples": 12.0,
-         "actor/degenerate_group_rate": 0.25, "rollout/admissible_action_rate": 0.8, "critic/value_corr": 0.2},
+         "actor/degenerate_group_rate": 0.25, "rollout/admissible_action_rate": 0.8, "critic/value_corr": 0.2,
+         "actor/macro_boundary_rate": 0.5, "critic/ready": 0.0},
         {"phase": "td", "update": 2, "rollout/rounds": 150.0, "train/actor_samples": 0.0,
-         "actor/degenerate_group_rate": 0.75, "rollout/admissible_action_rate": 0.95, "critic/value_corr": 0.6},
+         "actor/degenerate_group_rate": 0.75, "rollout/admissible_action_rate": 0.95, "critic/value_corr": 0.6,
+         "actor/macro_boundary_rate": 0.0, "critic/ready": 1.0},
         {"phase": "mc_refresh", "update": 2, "rollout/rounds": 50.0, "rollout/admissible_action_rate": 0.7},
     ])
     checks = horizon.hollow_checks(run)
@@ -52,3 +54,10 @@ def test_hollow_checks_by_hand(tmp_path):
     assert checks["admissible_min"] == pytest.approx(0.7)
     assert checks["critic_only_step_share"] == pytest.approx(150 / 500)
     assert checks["critic_corr_last_quarter"] == pytest.approx(0.6)  # the last quarter of 2 updates: the last one
+    # the critic's part: half the branches of update 1 and none of update 2 left an endpoint to value;
+    # the gate was open in one of the two TD updates
+    assert checks["endpoints_valued_share"] == pytest.approx(0.25)
+    assert checks["gate_open_share"] == pytest.approx(0.5)
+    grpo = horizon.hollow_checks(write_run(tmp_path / "grpo", [
+        {"phase": "grpo", "update": 1, "rollout/rounds": 80.0, "train/actor_samples": 16.0, "actor/degenerate_group_rate": 0.0}]))
+    assert "endpoints_valued_share" not in grpo and "gate_open_share" not in grpo
