@@ -55,6 +55,9 @@ METHODS: dict[str, list[str]] = {
     # states audits pass at those boundaries audit it (the fresh start states alone all look alike)
     "TEMPO (3-round macro-steps)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
                                     "--macro-rounds", "3", "--audit-boundaries"],
+    # the same with the critic valuing every endpoint: a closed gate gave every unfinished branch one value
+    "TEMPO (3-round macro-steps, no gate)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
+                                             "--macro-rounds", "3", "--audit-boundaries", "--readiness-gate", "false"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }

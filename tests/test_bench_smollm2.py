@@ -38,4 +38,6 @@ def test_every_tempo_variant_is_the_recipe_plus_its_own_flags():
     short = smollm2.METHODS["TEMPO (3-round macro-steps)"]
     assert short[2:2 + len(recipe)] == recipe
     assert short[2 + len(recipe):] == ["--macro-rounds", "3", "--audit-boundaries"]
+    ungated = smollm2.METHODS["TEMPO (3-round macro-steps, no gate)"]
+    assert ungated[:len(short)] == short and ungated[len(short):] == ["--readiness-gate", "false"]
     assert smollm2.METHODS["TEMPO (calibrated audits)"][-2:] == ["--fresh-share", "0.25"]
