@@ -45,19 +45,20 @@ def recipe(array: str) -> list[str]:
     return listed.stdout.split()
 
 
+TEMPO = ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS")]
+"""The recipe's TEMPO flags, read once; every TEMPO variant below adds its own after them."""
+SHORT_STEPS = [*TEMPO, "--macro-rounds", "3", "--audit-boundaries"]
+
 METHODS: dict[str, list[str]] = {
-    "TEMPO (TD critic)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
-                          "--audit-weight", "0", "--critic-calibration", "none"],
+    "TEMPO (TD critic)": [*TEMPO, "--audit-weight", "0", "--critic-calibration", "none"],
     # the recipe before it took every start state fresh: 3 of 4 start states from the store
-    "TEMPO (calibrated audits)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"), "--fresh-share", "0.25"],
-    "TEMPO (fresh starts)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS")],
+    "TEMPO (calibrated audits)": [*TEMPO, "--fresh-share", "0.25"],
+    "TEMPO (fresh starts)": TEMPO,
     # macro-steps shorter than a won game (4-6 rounds), so that the critic values most endpoints, and the
     # states audits pass at those boundaries audit it (the fresh start states alone all look alike)
-    "TEMPO (3-round macro-steps)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
-                                    "--macro-rounds", "3", "--audit-boundaries"],
+    "TEMPO (3-round macro-steps)": SHORT_STEPS,
     # the same with the critic valuing every endpoint: a closed gate gave every unfinished branch one value
-    "TEMPO (3-round macro-steps, no gate)": ["--advantage-estimator", "tempo", *recipe("SMOLLM2_TEMPO_ARGS"),
-                                             "--macro-rounds", "3", "--audit-boundaries", "--readiness-gate", "false"],
+    "TEMPO (3-round macro-steps, no gate)": [*SHORT_STEPS, "--readiness-gate", "false"],
     "GRPO (multi-turn)": ["--advantage-estimator", "grpo"],
     "Temporal GRPO": ["--advantage-estimator", "temporal_grpo"],
 }
