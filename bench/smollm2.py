@@ -9,8 +9,10 @@ the memory settings, 4 games x 4 branches or episodes) with the method's own fla
 ``--max-env-steps`` (warm-up episodes and audits count), ``--eval-games`` held-out games before and
 after, and ``--warm-start-seed 0``: every seed starts from the same warm-started weights, so seeds
 differ in RL only. A finished run made with the same settings is read again, not rerun (as in
-bench/horizon.py); an interrupted one continues from its last checkpoint. Each finished TEMPO run's critic is then
-measured against Monte Carlo (``analysis/mc_critic``, 16 held-out games x 16 continuations: ``horizon.CALIBRATION``).
+bench/horizon.py); an interrupted one continues from its last checkpoint. Each finished TEMPO run's
+critic is then measured against Monte Carlo (``analysis/mc_critic``, 16 held-out games x 16 continuations:
+``horizon.CALIBRATION``). The rows already in ``smollm2.json`` stay in the table unless a run here
+replaces them (run folders are not committed, so earlier machines' runs live only there).
 
 Writes ``smollm2.md`` and ``smollm2.json`` under ``--out``: per method the held-out success before
 and after per seed, the change, how many seeds gained at least 0.10, the hollow checks (fewest
@@ -83,6 +85,17 @@ def summarise(runs: dict[str, dict[int, Path]]) -> dict:
     return summary
 
 
+def merge(recorded: dict, settings: dict, measured: dict, args: argparse.Namespace) -> dict:
+    """The committed summary's rows with the runs measured now over them. Run folders are not committed,
+    so rows of runs made on another machine live only in ``smollm2.json``: kept where that file was made with
+    the same vaults, environment steps and held-out games (its seeds arrive as strings from JSON)."""
+    same = all(settings.get(key) == getattr(args, key) for key in ("vaults", "env_steps", "eval_games"))
+    merged = {method: {int(seed): row for seed, row in rows.items()} for method, rows in recorded.items()} if same else {}
+    for method, rows in measured.items():
+        merged.setdefault(method, {}).update(rows)
+    return {method: dict(sorted(rows.items())) for method, rows in merged.items()}
+
+
 def share(rows: dict, seeds: list[int], check: str) -> str:
     """A TEMPO hollow check's mean over the seeds ('-' for a method without it)."""
     values = [rows[s][check] for s in seeds if check in rows[s]]
@@ -144,7 +157,9 @@ def main() -> None:
                                              args.threads)
             if "TEMPO" in method and not args.no_critic:
                 calibrate(folder, args.threads)
-    summary = summarise({method: by_seed for method, by_seed in runs.items() if by_seed})
+    recorded = json.loads((out / "smollm2.json").read_text()) if (out / "smollm2.json").is_file() else {}
+    summary = merge(recorded.get("summary", {}), recorded.get("settings", {}),
+                    summarise({method: by_seed for method, by_seed in runs.items() if by_seed}), args)
     (out / "smollm2.json").write_text(json.dumps({"settings": vars(args), "summary": summary}, indent=1, default=str))
     text = table(summary, args)
     (out / "smollm2.md").write_text(text)

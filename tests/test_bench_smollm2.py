@@ -41,3 +41,18 @@ def test_every_tempo_variant_is_the_recipe_plus_its_own_flags():
     ungated = smollm2.METHODS["TEMPO (3-round macro-steps, no gate)"]
     assert ungated[:len(short)] == short and ungated[len(short):] == ["--readiness-gate", "false"]
     assert smollm2.METHODS["TEMPO (calibrated audits)"][-2:] == ["--fresh-share", "0.25"]
+
+
+def test_merge_keeps_recorded_rows_and_replaces_the_measured_ones():
+    args = argparse.Namespace(vaults=1, env_steps=2400, eval_games=128)
+    settings = {"vaults": 1, "env_steps": 2400, "eval_games": 128}
+    # as read back from smollm2.json: seeds are strings
+    recorded = {"GRPO (multi-turn)": {"0": row(0.5, 0.6), "1": row(0.4, 0.5)},
+                "Temporal GRPO": {"1": row(0.3, 0.4)}}
+    measured = {"Temporal GRPO": {2: row(0.4, 0.55)}, "GRPO (multi-turn)": {1: row(0.4, 0.7)}}
+    merged = smollm2.merge(recorded, settings, measured, args)
+    assert merged["GRPO (multi-turn)"] == {0: row(0.5, 0.6), 1: row(0.4, 0.7)}
+    assert list(merged["Temporal GRPO"]) == [1, 2] and merged["Temporal GRPO"][2]["final"] == 0.55
+    # rows recorded with another budget are not mixed in
+    other = smollm2.merge(recorded, {**settings, "env_steps": 1200}, measured, args)
+    assert other == {"Temporal GRPO": {2: row(0.4, 0.55)}, "GRPO (multi-turn)": {1: row(0.4, 0.7)}}
