@@ -85,11 +85,15 @@ def summarise(runs: dict[str, dict[int, Path]]) -> dict:
     return summary
 
 
+TABLE_SETTINGS = ("vaults", "env_steps", "eval_games")
+"""The settings every row of one table shares (recorded in ``smollm2.json``; seeds and methods are its rows)."""
+
+
 def merge(recorded: dict, settings: dict, measured: dict, args: argparse.Namespace) -> dict:
     """The committed summary's rows with the runs measured now over them. Run folders are not committed,
     so rows of runs made on another machine live only in ``smollm2.json``: kept where that file was made with
     the same vaults, environment steps and held-out games (its seeds arrive as strings from JSON)."""
-    same = all(settings.get(key) == getattr(args, key) for key in ("vaults", "env_steps", "eval_games"))
+    same = all(settings.get(key) == getattr(args, key) for key in TABLE_SETTINGS)
     merged = {method: {int(seed): row for seed, row in rows.items()} for method, rows in recorded.items()} if same else {}
     for method, rows in measured.items():
         merged.setdefault(method, {}).update(rows)
@@ -160,7 +164,7 @@ def main() -> None:
     recorded = json.loads((out / "smollm2.json").read_text()) if (out / "smollm2.json").is_file() else {}
     summary = merge(recorded.get("summary", {}), recorded.get("settings", {}),
                     summarise({method: by_seed for method, by_seed in runs.items() if by_seed}), args)
-    (out / "smollm2.json").write_text(json.dumps({"settings": vars(args), "summary": summary}, indent=1, default=str))
+    (out / "smollm2.json").write_text(json.dumps({"settings": {key: getattr(args, key) for key in TABLE_SETTINGS}, "summary": summary}, indent=1, default=str))
     text = table(summary, args)
     (out / "smollm2.md").write_text(text)
     print(text)
