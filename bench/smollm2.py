@@ -92,8 +92,13 @@ TABLE_SETTINGS = ("vaults", "env_steps", "eval_games")
 def merge(recorded: dict, settings: dict, measured: dict, args: argparse.Namespace) -> dict:
     """The committed summary's rows with the runs measured now over them. Run folders are not committed,
     so rows of runs made on another machine live only in ``smollm2.json``: kept where that file was made with
-    the same vaults, environment steps and held-out games (its seeds arrive as strings from JSON)."""
+    the same vaults, environment steps and held-out games (its seeds arrive as strings from JSON); otherwise
+    they are replaced, and a line says so."""
     same = all(settings.get(key) == getattr(args, key) for key in TABLE_SETTINGS)
+    if recorded and not same:
+        print(f"smollm2.json's rows ({', '.join(recorded)}) were measured with "
+              f"{ {key: settings.get(key) for key in TABLE_SETTINGS} }, not these settings: replaced by this run's "
+              "(git checkout bench/results/smollm2 brings them back; --out DIR keeps them apart)", flush=True)
     merged = {method: {int(seed): row for seed, row in rows.items()} for method, rows in recorded.items()} if same else {}
     for method, rows in measured.items():
         merged.setdefault(method, {}).update(rows)

@@ -43,7 +43,7 @@ def test_every_tempo_variant_is_the_recipe_plus_its_own_flags():
     assert smollm2.METHODS["TEMPO (calibrated audits)"][-2:] == ["--fresh-share", "0.25"]
 
 
-def test_merge_keeps_recorded_rows_and_replaces_the_measured_ones():
+def test_merge_keeps_recorded_rows_and_replaces_the_measured_ones(capsys):
     args = argparse.Namespace(vaults=1, env_steps=2400, eval_games=128)
     settings = {"vaults": 1, "env_steps": 2400, "eval_games": 128}
     # as read back from smollm2.json: seeds are strings
@@ -56,3 +56,6 @@ def test_merge_keeps_recorded_rows_and_replaces_the_measured_ones():
     # rows recorded with another budget are not mixed in
     other = smollm2.merge(recorded, {**settings, "env_steps": 1200}, measured, args)
     assert other == {"Temporal GRPO": {2: row(0.4, 0.55)}, "GRPO (multi-turn)": {1: row(0.4, 0.7)}}
+    said = capsys.readouterr().out
+    assert "(GRPO (multi-turn), Temporal GRPO) were measured with {'vaults': 1, 'env_steps': 1200" in said
+    assert "replaced" in said

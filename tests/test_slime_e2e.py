@@ -454,7 +454,7 @@ class FaultRuns:
     """Two TEMPO runs, each against its own server, which is SIGKILLed as soon as rollout 0 is saved
     (rollout 1 has started, and cannot finish without the server): "fault_restart" gets a new server
     on the same port, "fault_dead" does not. A thread watches them, so they go on beside the other
-    runs of the module: the dead run mostly waits out the HTTP sampler's retries (60 x 1 s)."""
+    runs of the module: the dead run waits out slime's --rollout-health-check-timeout (30 s)."""
 
     def __init__(self, e2e: E2E) -> None:
         self.e2e = e2e
@@ -468,6 +468,8 @@ class FaultRuns:
             case = Fault(name, restart, port, server, e2e.logs / name)
             # no router in between: the process killed is the one the rollout's HTTP sampler talks to
             flags = slime_flags(e2e, "tempo", case.save, port=port, evaluate=False, router=False)
+            if restart:  # a restart on a loaded CI machine can take longer than slime's default 30 s
+                flags += ["--rollout-health-check-timeout", "120"]
             case.process, case.log = start_train(e2e, name, flags)
             self.cases.append(case)
         self.thread = threading.Thread(target=self._watch, daemon=True)
@@ -524,8 +526,8 @@ def faults(e2e):
 
 def test_server_killed_mid_rollout_and_restarted_the_run_goes_on(faults):
     run, _ = faults.result("fault_restart")
-    # the HTTP sampler re-sends requests that failed to connect (max_retries x retry_delay_s = 60 s),
-    # and the server is back within seconds: rollout 1 completes, and so does the run
+    # the HTTP sampler re-sends requests that failed to connect (max_retries x retry_delay_s = 60 s)
+    # while /health comes back within --rollout-health-check-timeout: rollout 1 completes, and so does the run
     assert run.returncode == 0, run.why()
     with explained(run):
         check_rollouts(run, {0: WARMUP_COUNT, 1: TD_COUNT, 2: TD_COUNT})

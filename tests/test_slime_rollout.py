@@ -488,15 +488,17 @@ def test_state_files_are_json_and_only_the_newest_are_kept(tmp_path, tokenizer, 
     assert sorted(p.name for p in folder.iterdir()) == [".lock", "state_11.json", "state_notes.json"]
 
 
-def test_requests_are_seeded_under_slimes_deterministic_inference_flag(tmp_path, tokenizer_dir):
-    """As slime's own rollout: per-request sampling seeds only with --sglang-enable-deterministic-inference."""
+def test_the_http_sampler_takes_slimes_seeding_and_health_check_flags(tmp_path, tokenizer_dir):
+    """As slime's own rollout: per-request sampling seeds only with --sglang-enable-deterministic-inference;
+    the server counts as dead once /health has not answered for --rollout-health-check-timeout."""
     url = "http://127.0.0.1:9"
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     plain = TempoDataSource(slime_args(tmp_path / "a", tokenizer_dir, url)).rollout().sampler
-    seeded = TempoDataSource(slime_args(tmp_path / "b", tokenizer_dir, url,
+    seeded = TempoDataSource(slime_args(tmp_path / "b", tokenizer_dir, url, rollout_health_check_timeout=90.0,
                                         sglang_enable_deterministic_inference=True)).rollout().sampler
     assert (plain.seed_requests, seeded.seed_requests) == (False, True)
+    assert (plain.health_timeout_s, seeded.health_timeout_s) == (30.0, 90.0)
 
 
 def test_a_tempo_sample_hands_slime_its_advantage_not_its_return(slime_types):

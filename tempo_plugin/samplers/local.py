@@ -75,6 +75,11 @@ class LocalSampler:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def rows_per_call(self, row_tokens: int) -> int:
+        """How many requests of at most ``row_tokens`` tokens (prompt + new) one ``generate`` call
+        takes whole. A larger call is split, and a split call keeps no cache for the next one."""
+        return max(1, min(self.max_batch_size, self.max_batch_tokens // max(1, row_tokens)))
+
     @torch.no_grad()
     def prompt_logprobs(self, prompts: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
         """Row i, entry j: log p(prompts[i][j] | prompts[i][:j]) under the temperature-scaled

@@ -127,7 +127,7 @@ class HTTPSampler:
     timeout_s: float = 600.0
     max_retries: int = 60  # as slime's own http_utils.post: transient failures are retried ...
     retry_delay_s: float = 1.0  # ... this many seconds apart, ...
-    health_timeout_s: float = 10.0  # ... unless the server's /health has not answered for this long
+    health_timeout_s: float = 30.0  # ... unless /health has not answered for this long (slime: --rollout-health-check-timeout)
     seed_requests: bool = False  # send sampling_params.sampling_seed (SGLang deterministic inference)
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:

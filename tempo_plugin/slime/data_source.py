@@ -118,8 +118,10 @@ class TempoDataSource:
 
             tokenizer = AutoTokenizer.from_pretrained(self.args.hf_checkpoint, trust_remote_code=True)
             url = f"http://{self.args.sglang_router_ip}:{self.args.sglang_router_port}/generate"
-            # as many requests in flight as slime lets its own rollout send to one engine
+            # as many requests in flight as slime lets its own rollout send to one engine; a server is
+            # dead once its /health has not answered for slime's own health-check timeout
             sampler = HTTPSampler(url, max_workers=int(getattr(self.args, "sglang_server_concurrency", 64) or 64),
+                                  health_timeout_s=float(getattr(self.args, "rollout_health_check_timeout", 30.0)),
                                   seed_requests=bool(getattr(self.args, "sglang_enable_deterministic_inference", False)))
             cfg = self.cfg
             make_env = env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults)

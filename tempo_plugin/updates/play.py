@@ -14,7 +14,7 @@ from tempo_plugin.envs.base import MILESTONES_HINT, Env, has_stages
 from tempo_plugin.envs.pool import EnvPool
 from tempo_plugin.updates.prefix_is import check_prefix_scoring
 from tempo_plugin.rollout.engine import ENV_ERROR, Branch, RolloutLimits, fresh_state, run_branches
-from tempo_plugin.rollout.games import sampling_seed
+from tempo_plugin.rollout.games import sampling_seed, sub_seed
 from tempo_plugin.rollout.protocol import ChatProtocol
 from tempo_plugin.rollout.sampler import Sampler, SamplingParams
 from tempo_plugin.rollout.samples import TrainSample
@@ -120,8 +120,23 @@ class Play:
         return [b for b in branches if b.group not in broken], env_errors, seconds
 
     def success_rate(self, games: Sequence[int], seed: int) -> float:
-        """Fraction of complete episodes won, one episode per game."""
-        return mean([float(b.won) for b in self.play_episodes(games, seed)])
+        """Fraction of complete episodes won, one episode per game. Games that fit one sampler
+        call's rows play together, as a rollout's branches do. More than that (a sampler with
+        ``rows_per_call``: the local one) play in waves that one call takes whole even at the
+        longest trajectory, so every round extends the cache the round before kept: an episode
+        costs time linear in its length. A call split into chunks keeps no cache, and each round
+        would prefill every game's whole context again (quadratic). One wave plays with ``seed``;
+        several, wave w with ``sub_seed(seed, w)``."""
+        rows_per_call = getattr(self.sampler, "rows_per_call", None)
+        size = len(games)
+        if rows_per_call is not None and len(games) > rows_per_call(1):
+            size = rows_per_call(self.cfg.max_trajectory_tokens)
+        waves = [list(games[start: start + size]) for start in range(0, len(games), max(1, size))]
+        won: list[float] = []
+        for index, wave in enumerate(waves):
+            wave_seed = seed if len(waves) == 1 else sub_seed(seed, index)
+            won += [float(b.won) for b in self.play_episodes(wave, wave_seed)]
+        return mean(won)
 
 
 def rollout_metrics(rounds: Sequence) -> dict[str, float]:
