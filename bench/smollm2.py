@@ -56,6 +56,9 @@ METHODS: dict[str, list[str]] = {
     # the recipe before it took every start state fresh: 3 of 4 start states from the store
     "TEMPO (calibrated audits)": [*TEMPO, "--fresh-share", "0.25"],
     "TEMPO (fresh starts)": TEMPO,
+    # issue 38's readout: the value is the expectation over the critic's own <value> distribution, trained by
+    # cross-entropy towards a two-hot target, so that no agreement of samples can lock it (seed 1's sampled critic did)
+    "TEMPO (fresh starts, expected critic)": [*TEMPO, "--critic-value", "expected"],
     # macro-steps shorter than a won game (4-6 rounds), so that the critic values most endpoints, and the
     # states audits pass at those boundaries audit it (the fresh start states alone all look alike)
     "TEMPO (3-round macro-steps)": SHORT_STEPS,
