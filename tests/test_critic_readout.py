@@ -75,6 +75,40 @@ def test_answer_logprobs_are_the_answers_token_logprobs_summed(tiny_model, token
     assert got == pytest.approx([sum(row[len(prompt):]) for row in full], abs=1e-4)
 
 
+def test_prefix_levels_by_hand():
+    from tempo_plugin.samplers.local import prefix_levels
+
+    # [5] ends where [5, 6] goes on; [8] is one token: nothing continues it
+    assert prefix_levels([[5, 6, 7], [5], [5, 6], [8], [5, 9]]) == [[()], [(5,)], [(5, 6)]]
+    assert prefix_levels([[1, 2], [3, 4]]) == [[()], [(1,), (3,)]]
+    assert prefix_levels([]) == []
+
+
+@pytest.mark.parametrize("lead", [" ", "Keys: 3. "])
+def test_the_trie_walk_scores_every_value_answer_as_whole_rows_do(tiny_model, tokenizer, lead):
+    """All 101 answers (they share their tag and digits, so the walk feeds 117 tokens, not 606)
+    against the same answers scored as whole rows (the path answers without shared prefixes take)."""
+    from tempo_plugin.samplers.local import prefix_levels
+
+    sampler = LocalSampler(tiny_model, tokenizer)
+    prompt = tokenizer.encode("Task: open the vault\nProbability of eventually winning?", add_special_tokens=False)
+    answers = [tokenizer.encode(lead + t, add_special_tokens=False) for t in value_answer_texts()]
+    levels = prefix_levels(answers)
+    assert 2 * sum(len(level) for level in levels[1:]) <= sum(len(a) for a in answers)
+    walked = sampler.answer_logprobs(prompt, answers)
+    full = sampler.prompt_logprobs([prompt + a for a in answers], temperature=1.0)
+    assert walked == pytest.approx([sum(row[len(prompt):]) for row in full], abs=1e-4)
+
+
+def test_answers_that_end_inside_others_are_scored_to_their_own_end(tiny_model, tokenizer):
+    sampler = LocalSampler(tiny_model, tokenizer)
+    prompt = tokenizer.encode("Task: open the vault", add_special_tokens=False)
+    stem = tokenizer.encode("<value>0.4", add_special_tokens=False)
+    answers = [stem, stem + stem[-1:], stem[:2], stem + stem[:1]]
+    full = sampler.prompt_logprobs([prompt + a for a in answers], temperature=1.0)
+    assert sampler.answer_logprobs(prompt, answers) == pytest.approx([sum(r[len(prompt):]) for r in full], abs=1e-4)
+
+
 def test_value_cross_entropy_by_hand():
     logprobs = torch.tensor([[-9.0, -1.0, -2.0, 0.0], [-9.0, -0.5, -0.5, -3.0]])
     weights = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, 2.0, 2.0, 0.0]])

@@ -38,6 +38,13 @@ def _sample_top_p(probs: torch.Tensor, top_p: float, generator: torch.Generator)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def prefix_levels(answers: Sequence[Sequence[int]]) -> list[list[tuple[int, ...]]]:
+    """Level d: the distinct length-d prefixes of the answers that some answer continues (level 0:
+    the empty prefix), sorted. Walking them feeds one token per prefix past level 0."""
+    longest = max((len(a) for a in answers), default=0)
+    return [sorted({tuple(a[:d]) for a in answers if len(a) > d}) for d in range(longest)]
+
+
 @dataclass
 class _KeptCache:
     cache: Any
@@ -96,13 +103,53 @@ class LocalSampler:
     @torch.no_grad()
     def answer_logprobs(self, prompt: Sequence[int], answers: Sequence[Sequence[int]]) -> list[float]:
         """log pi(answer | prompt) of each answer, summed over its tokens, at temperature 1 (the
-        model's own distribution). The prompt runs once; every answer attends to its keys/values.
-        The kept cache is left as it is."""
+        model's own distribution). The prompt runs once. Answers that share most of their tokens
+        (the critic's 101 value answers share their tag and digits) run as their prefix trie, each
+        distinct prefix fed once (``_walk_answers``), where that feeds at most half their tokens;
+        otherwise every answer runs whole, attending to the prompt's keys/values. The kept cache
+        is left as it is."""
+        levels = prefix_levels(answers)
+        if 2 * sum(len(level) for level in levels[1:]) <= sum(len(a) for a in answers) and prompt and answers:
+            return self._walk_answers(prompt, answers, levels)
         rows = [list(prompt) + list(a) for a in answers]
         input_ids = pad_rows(rows, self.pad_id, torch.long, self.device)
         attention = pad_rows([[1] * len(r) for r in rows], 0, torch.long, self.device)
         logprobs = token_logprobs(self.model, input_ids, attention, 1.0, first=len(prompt))
         return [float(logprobs[i, len(prompt): len(r)].sum()) for i, r in enumerate(rows)]
+
+    def _walk_answers(self, prompt: Sequence[int], answers: Sequence[Sequence[int]],
+                      levels: list[list[tuple[int, ...]]]) -> list[float]:
+        """``answer_logprobs`` over the answers' prefix trie, in one forward after the prompt: each
+        prefix the answers continue is one token at position len(prompt) + its length - 1, seeing the
+        prompt and its own ancestors only (a 4D attention mask), so its next-token log-probs score
+        every answer that continues it."""
+        device, dtype = self.device, next(self.model.parameters()).dtype
+        output = self.model(input_ids=torch.tensor([list(prompt)], device=device), use_cache=True, logits_to_keep=1)
+        after_prompt = torch.log_softmax(output.logits[0, -1, :].float(), dim=-1)
+        nodes = [node for level in levels[1:] for node in level]  # parents before children
+        row_of = {node: row for row, node in enumerate(nodes)}
+        after_node = after_prompt[None, :0]
+        if nodes:
+            width = len(prompt) + len(nodes)
+            sees = torch.zeros((len(nodes), width), dtype=torch.bool, device=device)
+            sees[:, : len(prompt)] = True
+            for row, node in enumerate(nodes):
+                sees[row, [len(prompt) + row_of[node[:d]] for d in range(1, len(node) + 1)]] = True
+            mask = torch.zeros((1, 1, len(nodes), width), dtype=dtype, device=device)
+            mask.masked_fill_(~sees[None, None], torch.finfo(dtype).min)
+            output = self.model(input_ids=torch.tensor([[node[-1] for node in nodes]], device=device),
+                                attention_mask=mask,
+                                position_ids=torch.tensor([[len(prompt) + len(node) - 1 for node in nodes]], device=device),
+                                use_cache=True, **{self._cache_arg: getattr(output, self._cache_arg)})
+            after_node = torch.log_softmax(output.logits[0].float(), dim=-1)
+        totals = []
+        for answer in answers:
+            total = float(after_prompt[answer[0]]) if answer else 0.0
+            if len(answer) > 1:
+                rows = torch.tensor([row_of[tuple(answer[:d])] for d in range(1, len(answer))], device=device)
+                total += float(after_node[rows, torch.tensor(answer[1:], device=device)].double().sum())
+            totals.append(total)
+        return totals
 
     def generate(self, requests: Sequence[Request], params: SamplingParams, seed: int) -> list[Completion]:
         generator = torch.Generator(device=self.device)
