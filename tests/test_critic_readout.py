@@ -86,8 +86,9 @@ def test_prefix_levels_by_hand():
 
 @pytest.mark.parametrize("lead", [" ", "Keys: 3. "])
 def test_the_trie_walk_scores_every_value_answer_as_whole_rows_do(tiny_model, tokenizer, lead):
-    """All 101 answers (they share their tag and digits, so the walk feeds 117 tokens, not 606)
-    against the same answers scored as whole rows (the path answers without shared prefixes take)."""
+    """All 101 answers (they share their tag and digits: with the lead " " the trie feeds 118
+    tokens, not 707) against the same answers scored as whole rows (the path answers without shared
+    prefixes take)."""
     from tempo_plugin.samplers.local import prefix_levels
 
     sampler = LocalSampler(tiny_model, tokenizer)
@@ -96,6 +97,7 @@ def test_the_trie_walk_scores_every_value_answer_as_whole_rows_do(tiny_model, to
     levels = prefix_levels(answers)
     assert 2 * sum(len(level) for level in levels[1:]) <= sum(len(a) for a in answers)
     walked = sampler.answer_logprobs(prompt, answers)
+    assert walked == pytest.approx(sampler.whole_answers(prompt, answers), abs=1e-4)
     full = sampler.prompt_logprobs([prompt + a for a in answers], temperature=1.0)
     assert walked == pytest.approx([sum(row[len(prompt):]) for row in full], abs=1e-4)
 

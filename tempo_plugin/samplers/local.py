@@ -40,7 +40,7 @@ def _sample_top_p(probs: torch.Tensor, top_p: float, generator: torch.Generator)
 
 def prefix_levels(answers: Sequence[Sequence[int]]) -> list[list[tuple[int, ...]]]:
     """Level d: the distinct length-d prefixes of the answers that some answer continues (level 0:
-    the empty prefix), sorted. Walking them feeds one token per prefix past level 0."""
+    the empty prefix), sorted. Scoring the answers over them feeds one token per prefix past level 0."""
     longest = max((len(a) for a in answers), default=0)
     return [sorted({tuple(a[:d]) for a in answers if len(a) > d}) for d in range(longest)]
 
@@ -105,19 +105,24 @@ class LocalSampler:
         """log pi(answer | prompt) of each answer, summed over its tokens, at temperature 1 (the
         model's own distribution). The prompt runs once. Answers that share most of their tokens
         (the critic's 101 value answers share their tag and digits) run as their prefix trie, each
-        distinct prefix fed once (``_walk_answers``), where that feeds at most half their tokens;
+        distinct prefix fed once (``_trie_answers``), where that feeds at most half their tokens;
         otherwise every answer runs whole, attending to the prompt's keys/values. The kept cache
         is left as it is."""
         levels = prefix_levels(answers)
         if 2 * sum(len(level) for level in levels[1:]) <= sum(len(a) for a in answers) and prompt and answers:
-            return self._walk_answers(prompt, answers, levels)
+            return self._trie_answers(prompt, answers, levels)
+        return self.whole_answers(prompt, answers)
+
+    @torch.no_grad()
+    def whole_answers(self, prompt: Sequence[int], answers: Sequence[Sequence[int]]) -> list[float]:
+        """``answer_logprobs`` with every answer run whole, attending to the prompt's keys/values."""
         rows = [list(prompt) + list(a) for a in answers]
         input_ids = pad_rows(rows, self.pad_id, torch.long, self.device)
         attention = pad_rows([[1] * len(r) for r in rows], 0, torch.long, self.device)
         logprobs = token_logprobs(self.model, input_ids, attention, 1.0, first=len(prompt))
         return [float(logprobs[i, len(prompt): len(r)].sum()) for i, r in enumerate(rows)]
 
-    def _walk_answers(self, prompt: Sequence[int], answers: Sequence[Sequence[int]],
+    def _trie_answers(self, prompt: Sequence[int], answers: Sequence[Sequence[int]],
                       levels: list[list[tuple[int, ...]]]) -> list[float]:
         """``answer_logprobs`` over the answers' prefix trie, in one forward after the prompt: each
         prefix the answers continue is one token at position len(prompt) + its length - 1, seeing the
