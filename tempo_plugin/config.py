@@ -98,7 +98,8 @@ class TempoConfig:
                 "group-relative critic reward (the method); expected: after each sample's reasoning, the expectation "
                 "of the value under the critic's own distribution over its <value>d.dd</value> answers, trained by "
                 "cross-entropy towards a two-hot target whose mean is the value target (the reasoning keeps the "
-                "group-relative reward)", "choices": ("sampled", "expected")})
+                "group-relative reward); expected-readout: trained as sampled, valued as expected (the mean of its "
+                "samples' values without their sampling noise)", "choices": ("sampled", "expected", "expected-readout")})
     critic_weights: str = field(default="shared", metadata={
         "help": "shared: the critic is the policy itself, one model and one optimiser step (the method); separate: "
                 "the critic is its own copy of the starting weights with its own optimiser at --critic-learning-rate, "

@@ -102,6 +102,18 @@ def test_the_trie_walk_scores_every_value_answer_as_whole_rows_do(tiny_model, to
     assert walked == pytest.approx([sum(row[len(prompt):]) for row in full], abs=1e-4)
 
 
+@pytest.mark.parametrize("attention, path", [("sdpa", "trie"), ("eager", "trie"), ("flash_attention_2", "whole")])
+def test_the_trie_runs_only_on_an_attention_that_takes_a_4d_mask(tiny_model, tokenizer, attention, path):
+    from types import SimpleNamespace
+
+    sampler = LocalSampler(tiny_model, tokenizer)
+    sampler.model = SimpleNamespace(config=SimpleNamespace(_attn_implementation=attention))
+    sampler._trie_answers = lambda prompt, answers, levels: "trie"
+    sampler.whole_answers = lambda prompt, answers: "whole"
+    answers = [tokenizer.encode(" " + t, add_special_tokens=False) for t in value_answer_texts()]
+    assert sampler.answer_logprobs([1, 2, 3], answers) == path
+
+
 def test_answers_that_end_inside_others_are_scored_to_their_own_end(tiny_model, tokenizer):
     sampler = LocalSampler(tiny_model, tokenizer)
     prompt = tokenizer.encode("Task: open the vault", add_special_tokens=False)
@@ -231,6 +243,27 @@ def test_a_run_with_the_expected_critic_and_audits(tmp_path):
     assert resumed[: len(audits)] == audits and len(resumed) > len(audits)
 
 
+def test_a_run_with_the_expected_readout_of_a_sampled_critic(tmp_path):
+    """--critic-value expected-readout: the critic trains as sampled (no value cross-entropy), and
+    the estimates it gives are readouts, off the 0.01 grid its written values lie on."""
+    import json
+
+    from tempo_plugin.metrics import read_metrics
+    from tempo_plugin.train import main
+
+    out = tmp_path / "run"
+    assert main(["--bootstrap-steps", "3", "--warmup-updates", "1", "--warmup-games-per-batch", "1", "--branches", "2",
+                 "--critic-samples", "2", "--states-per-batch", "2", "--eval-games", "0", "--max-assistant-tokens", "8",
+                 "--vaults", "1", "--max-episode-steps", "15", "--critic-value", "expected-readout", "--td-updates", "2",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    td = [r for r in read_metrics(out / "metrics.jsonl") if r["phase"] == "td"]
+    assert len(td) == 2 and all("train/value_loss" not in r for r in td)
+    estimates = [e for line in (out / "critic_values.jsonl").read_text().splitlines()
+                 for e in json.loads(line)["estimate"]]
+    assert estimates and all(0.0 <= e <= 1.0 for e in estimates)
+    assert any(abs(100 * e - round(100 * e)) > 1e-6 for e in estimates)
+
+
 def test_the_value_loss_adds_its_gradient_to_the_policy_loss(tiny_model, tokenizer, one_thread):
     """A step on actor and VALUE samples together follows the gradient of the policy loss plus the
     value cross-entropy: the same parameters as the sum computed by hand, and the value share of
@@ -276,6 +309,7 @@ def test_the_expected_critic_takes_its_epochs_in_the_warm_up_too():
     assert critic_epochs(TempoConfig(critic_epochs=5), TD) == 5
     assert critic_epochs(TempoConfig(critic_epochs=5), WARMUP) == 1  # the sampled critic: one warm-up step
     assert critic_epochs(TempoConfig(critic_epochs=5, critic_value="expected"), WARMUP) == 5
+    assert critic_epochs(TempoConfig(critic_epochs=5, critic_value="expected-readout"), WARMUP) == 1  # trained as sampled
 
 
 class _ChunkProtocol:

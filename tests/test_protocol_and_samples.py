@@ -319,3 +319,33 @@ def test_critic_samples_mask_prompt_and_train_completion(tokenizer, protocol, re
     samples = rollout.critic_samples(call, signals, group=0)
     assert samples == []
     assert signals.errors == pytest.approx([0.3, 0.3])
+
+
+def test_the_expected_readout_values_a_state_and_the_written_values_train_it(tokenizer, protocol):
+    """--critic-value expected-readout: the state's value is the mean of its readouts, while each
+    sample's reward and the lock check come from the value it wrote (its sampled action)."""
+    from tempo_plugin.updates.critic_calls import Readout
+
+    cfg = TempoConfig(branches=2, critic_samples=2, states_per_batch=2, macro_rounds=5, max_episode_steps=MAX_STEPS,
+                      critic_reward="abs", critic_value="expected-readout")
+    rollout = TempoRollout(cfg, ScriptedSampler(tokenizer, []), protocol, make_env=lambda: VaultEnv(max_steps=MAX_STEPS))
+    prompt = rollout.critic_prompt(fresh_state(VaultEnv(max_steps=MAX_STEPS), 13, protocol))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def call(texts, readouts):
+        completions = [Completion(encode(tokenizer, t) + [im_end], [-0.5] * (len(encode(tokenizer, t)) + 1), t, "stop")
+                       for t in texts]
+        return CriticCall(prompt, completions, tuple(Readout([], "", v) for v in readouts))
+
+    # written 0.20 and 0.60 towards G = 0.5: errors [0.3, 0.1], A = [-0.1, 0.1]; the readouts 0.9 and 0.7 value it 0.8
+    written = call(["<value>0.20</value>", "<value>0.60</value>"], [0.9, 0.7])
+    samples, errors, _, degenerate = rollout.critic_training([(written, 0.5, 3)])
+    assert errors == pytest.approx([0.3, 0.1]) and degenerate == [0.0]
+    assert [s.role for s in samples] == [CRITIC, CRITIC]
+    assert [s.advantages[-1] for s in samples] == pytest.approx([-0.1, 0.1])
+    assert rollout.value_pairs([written], [0.5]) == [(pytest.approx(0.8), 0.5)]
+
+    # one written value twice: the identical-group lock (no samples), however the readouts differ
+    locked = call(["<value>0.20</value>", "<value>0.20</value>"], [0.3, 0.1])
+    samples, errors, _, degenerate = rollout.critic_training([(locked, 0.5, 0)])
+    assert samples == [] and degenerate == [1.0] and errors == pytest.approx([0.3, 0.3])

@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> dict:
     mc_key = settings_key(kind="mc", actor=actor, samples=args.mc_samples, seed=args.seed, generation=generation)
     critic_keys = {c.name: settings_key(kind=c.kind, critic=c.identity, samples=getattr(c, "samples", 1),
                                         seed=args.seed, generation=generation,
-                                        **({"readout": "expected"} if cfg.critic_value == "expected" else {}))
+                                        **({"readout": cfg.critic_value} if cfg.critic_value != "sampled" else {}))
                    for c in critics}
     measured = _unique(list(base) + list(children))
     pending_mc = [s for s in measured if not cache.has("mc", mc_key, s.id)]

@@ -107,9 +107,11 @@ class LocalSampler:
         (the critic's 101 value answers share their tag and digits) run as their prefix trie, each
         distinct prefix fed once (``_trie_answers``), where that feeds at most half their tokens;
         otherwise every answer runs whole, attending to the prompt's keys/values. The kept cache
-        is left as it is."""
+        is left as it is. The trie needs an attention that takes a 4D mask (eager or sdpa); a model
+        loaded with another (flash-attention-2) runs every answer whole."""
         levels = prefix_levels(answers)
-        if 2 * sum(len(level) for level in levels[1:]) <= sum(len(a) for a in answers) and prompt and answers:
+        takes_4d_mask = getattr(self.model.config, "_attn_implementation", None) in (None, "eager", "sdpa")
+        if takes_4d_mask and 2 * sum(len(level) for level in levels[1:]) <= sum(len(a) for a in answers) and prompt and answers:
             return self._trie_answers(prompt, answers, levels)
         return self.whole_answers(prompt, answers)
 

@@ -95,10 +95,10 @@ NOT_ON_SLIME: dict[str, str] = {
 }
 """TempoConfig fields with no counterpart on slime: a YAML that sets one is refused, not ignored."""
 
-SAMPLED_CRITIC_ONLY = ("critic_value: expected needs the critic's likelihood of all 101 <value> answers and a loss "
-                       "term that is no policy gradient; the slime rollout trains the sampled critic only: remove it "
-                       "from the YAML or set critic_value: sampled")
-"""Why a slime run refuses --critic-value expected."""
+SAMPLED_CRITIC_ONLY = ("critic_value: expected and expected-readout need the critic's likelihood of all 101 <value> "
+                       "answers (expected also a loss term that is no policy gradient); the slime rollout reads and trains "
+                       "the sampled critic only: remove it from the YAML or set critic_value: sampled")
+"""Why a slime run refuses --critic-value expected or expected-readout."""
 
 SHARED_CRITIC_ONLY = ("critic_weights: separate needs a second trained copy of the policy for the critic; the slime "
                       "rollout's critic is the actor model itself: remove it from the YAML or set critic_weights: shared")

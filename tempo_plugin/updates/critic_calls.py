@@ -2,7 +2,8 @@
 ``--critic-value sampled``, K sampled answers per state parsed into values (``critic/``) and the
 training signals of each answer (``algorithms.tempo.critic_signals``); with ``expected``, the
 expected value under the critic's distribution over its answers and the value cross-entropy's
-two-hot samples (``critic/readout.py``)."""
+two-hot samples (``critic/readout.py``); with ``expected-readout``, the sampled critic's training
+and the expected critic's values."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ class CriticCall:
         """One value per completion: its readout, else its parsed ``<value>`` (None: no parse)."""
         if self.readouts:
             return [r.value for r in self.readouts]
+        return self.parsed_values
+
+    @cached_property
+    def parsed_values(self) -> list[float | None]:
+        """The ``<value>`` each completion wrote (None: no parse): the sampled critic's actions."""
         return [parse_value(c.text) for c in self.completions]
 
 
@@ -80,7 +86,7 @@ class CriticCalls(Play):
         """``samples`` critic completions per state, all in one sampler call; with
         ``--critic-value expected`` also the readout after each (``readout``)."""
         prompts = [self.critic_prompt(s) for s in states]
-        room = VALUE_ANSWER_ROOM if self.cfg.critic_value == "expected" else 0  # the readout's answer after it
+        room = VALUE_ANSWER_ROOM if self.cfg.critic_value != "sampled" else 0  # the readout's answer after it
         budget = self.cfg.max_trajectory_tokens - self.cfg.critic_max_tokens - room
         requests = [
             Request(p, self.cfg.critic_max_tokens) for p in prompts if len(p) <= budget for _ in range(samples)
@@ -90,7 +96,7 @@ class CriticCalls(Play):
             CriticCall(p, [next(completions) for _ in range(samples)] if len(p) <= budget else [])
             for p in prompts
         ]
-        if self.cfg.critic_value != "expected":
+        if self.cfg.critic_value == "sampled":
             return calls
         read: dict[tuple[tuple[int, ...], str], float] = {}  # completions with the same reasoning: read once
         return [CriticCall(c.prompt_ids, c.completions, tuple(self.readout(c.prompt_ids, x, read) for x in c.completions))
@@ -123,8 +129,11 @@ class CriticCalls(Play):
         return list(tokens[:end]), " "
 
     def critic_signals(self, call: CriticCall, target: float) -> CriticSignals:
-        """The K critic signals (errors, rewards, advantages) of one state valued towards ``target``."""
-        return critic_signals(call.values, target, self.cfg.r_max, self.cfg.critic_reward)
+        """The K critic signals (errors, rewards, advantages) of one state valued towards ``target``:
+        of each completion's readout with the expected critic, else of the value it wrote (the
+        sampled critic's reward is its sampled action's, whatever it is valued by)."""
+        values = call.values if self.cfg.critic_value == "expected" else call.parsed_values
+        return critic_signals(values, target, self.cfg.r_max, self.cfg.critic_reward)
 
     def critic_samples(self, call: CriticCall, signals: CriticSignals, group: int, scale: float = 1.0) -> list[TrainSample]:
         """Critic training samples for one state (none if degenerate), advantage ``scale`` x A_k; a
@@ -188,7 +197,7 @@ class CriticCalls(Play):
             else:
                 samples += self.critic_samples(call, signal, group, scale)
             errors += signal.errors
-        degenerate = [0.0 if expected else float(len(set(call.values)) == 1) for call, _, _ in calls]
+        degenerate = [0.0 if expected else float(len(set(call.parsed_values)) == 1) for call, _, _ in calls]
         return samples, errors, sigma, degenerate
 
     @staticmethod
