@@ -36,10 +36,12 @@ VARIANTS: dict[str, list[str]] = {
     "TEMPO (default: calibrated audits)": [],
     "TEMPO (separate critic)": [*SEPARATE, "--critic-learning-rate", "3e-4"],
     "TEMPO (4 policy epochs)": ["--policy-epochs", "4"],
+    "TEMPO (calibrated audits, expected readout)": ["--critic-value", "expected-readout"],
 }
 """Variant -> its trainer arguments beside the main job's defaults: the default critic until
 2026-12-06 (TD targets and a Monte-Carlo refresh), audits without and with today's calibration map,
-and the expected critic on weights of its own (uncalibrated)."""
+the expected critic on weights of its own (uncalibrated), and the sampled critic valued by its
+expected readout."""
 BAR = 0.15
 
 
