@@ -84,7 +84,7 @@ class CriticCalls(Play):
 
     def call_critic(self, states: Sequence[MacroState], samples: int, seed: int) -> list[CriticCall]:
         """``samples`` critic completions per state, all in one sampler call; with
-        ``--critic-value expected`` also the readout after each (``readout``)."""
+        ``--critic-value expected`` or ``expected-readout`` also the readout after each (``readout``)."""
         prompts = [self.critic_prompt(s) for s in states]
         room = VALUE_ANSWER_ROOM if self.cfg.critic_value != "sampled" else 0  # the readout's answer after it
         budget = self.cfg.max_trajectory_tokens - self.cfg.critic_max_tokens - room
