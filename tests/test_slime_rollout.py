@@ -380,7 +380,9 @@ def test_settings_errors_name_the_key_or_flag(tmp_path, tokenizer_dir):
     ("spo_discount", 0.8, "'spo_discount' has no effect on slime: SPO runs on the embedded"),
     ("score_centering", 8, "'score_centering' has no effect on slime: score centering needs"),
     ("audit_weight", 1.0, "audit_weight 1.0: the audit branches .* embedded runtime only"),
-    ("critic_value", "expected", "critic_value 'expected': .*the slime rollout trains the sampled critic only"),
+    ("critic_value", "expected", "critic_value 'expected': .*the slime rollout reads and trains the sampled critic only"),
+    ("critic_value", "expected-readout",
+     "critic_value 'expected-readout': .*the slime rollout reads and trains the sampled critic only"),
     ("critic_weights", "separate", "critic_weights 'separate': .*the slime rollout's critic is the actor model itself"),
 ])
 def test_settings_slime_would_ignore_are_refused(tmp_path, tokenizer_dir, key, value, says):
