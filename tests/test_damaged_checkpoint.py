@@ -7,7 +7,6 @@ import json
 import zipfile
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import save_file
 

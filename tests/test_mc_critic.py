@@ -4,7 +4,6 @@ end-to-end run on the vault chain (random-init tiny model, short limits)."""
 import json
 
 import pytest
-import torch
 import yaml
 
 from tempo_plugin.config import TempoConfig
@@ -133,7 +132,7 @@ def test_action_children_terminal_outcomes(protocol):
     assert not by_action["wait"].terminal and by_action["wait"].outcome is None
     # the first vault's door with a wrong key: "open vault" loses at once
     taken, _ = force_action(state, wrong, make_env, protocol)
-    while "open vault" not in (env := restored_env(make_env, taken, "auto")).admissible_actions():
+    while "open vault" not in restored_env(make_env, taken, "auto").admissible_actions():
         taken, _ = force_action(taken, "north", make_env, protocol)
     lost, record = force_action(taken, "open vault", make_env, protocol)
     assert record.done and not record.won

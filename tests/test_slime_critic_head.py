@@ -7,14 +7,12 @@ z_t = sum_{i<=t} f_i drifts by t * b and starts as a random walk over the respon
 saturated from the first token instead of 1/2.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from tests.extras import HAVE_SLIME, needs_extra, needs_slime
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,7 +43,6 @@ Differences between slime's loss and ours that these tests measure (each asserte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os

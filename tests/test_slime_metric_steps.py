@@ -8,7 +8,6 @@ setup runs for real with a recording stand-in for the ``wandb`` module.
 """
 
 import fnmatch
-import importlib.util
 
 import pytest
 from tests.extras import skip_module_without_slime

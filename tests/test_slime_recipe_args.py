@@ -8,14 +8,12 @@ exactly the Megatron flags listed below or ``--sglang-*`` server flags; a misspe
 up as unknown and fails.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from tests.extras import needs_slime
 from test_recipes import PROMPT_RECIPES, RECIPES, run, setup, stubs, train_args  # noqa: F401  (fixtures)
 

@@ -7,7 +7,6 @@ into steps of ``--global-batch-size`` in that order. The samples come from ``sli
 rollout function hands them to slime.
 """
 
-import importlib.util
 from types import SimpleNamespace
 
 import pytest

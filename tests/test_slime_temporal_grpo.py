@@ -11,8 +11,6 @@ and the samples through slime's RolloutManager train-data path (test_slime_train
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import subprocess
 import sys
 from argparse import Namespace

@@ -8,7 +8,6 @@ through slime's own loss dispatcher), and the value loss against hand-computed B
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys

@@ -11,7 +11,6 @@ Needs slime's source on PYTHONPATH (docs/slime.md); skipped otherwise:
     PYTHONPATH=/path/to/slime python -m pytest -q tests/test_slime_train_data.py
 """
 
-import importlib.util
 import json
 import os
 import pickle
