@@ -26,6 +26,7 @@ import torch
 from tempo_plugin.logprobs import cache_argument, token_logprobs
 
 from tempo_plugin.rollout.batches import chunk_by_token_budget, pad_rows
+from tempo_plugin.samplers.kv_cache import chunked_cache
 from tempo_plugin.rollout.sampler import Completion, Request, SamplingParams
 
 
@@ -66,6 +67,7 @@ class LocalSampler:
     max_batch_size: int = 64
     max_batch_tokens: int = 65536
     reuse_cache: bool = True
+    in_place_cache: bool = True  # decode into a cache written in place (kv_cache.py), not one copied per token
     reused_calls: int = 0
     prompt_tokens: int = 0  # prompt tokens of every request served (what a naive sampler prefills) ...
     prefill_tokens: int = 0  # ... and those actually run through the model (kept cache, shared prompts)
@@ -249,8 +251,9 @@ class LocalSampler:
             input_ids[row, width - lengths[row]:] = torch.tensor(list(request.prompt_ids), dtype=torch.long)
             attention[row, width - lengths[row]:] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = chunked_cache(self.model) if self.in_place_cache else None
         output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                            use_cache=True, logits_to_keep=1)
+                            use_cache=True, logits_to_keep=1, **({self._cache_arg: cache} if cache is not None else {}))
         return output.logits[:, -1, :], getattr(output, self._cache_arg), attention
 
     def _prefill_extension(self, requests: Sequence[Request], rows: list[int]):
