@@ -81,3 +81,16 @@ def test_a_model_with_sliding_window_layers_keeps_its_own_cache():
 def test_without_per_layer_caches_the_model_keeps_its_own(monkeypatch, tiny_model):
     monkeypatch.setattr(kv_cache, "CHUNKED_LAYER", None)  # a transformers older than its per-layer caches
     assert chunked_cache(tiny_model) is None
+
+
+def test_the_bench_decodes_the_same_tokens_from_both_caches(tiny_model, tokenizer):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_kv_cache", Path(__file__).resolve().parents[1] / "bench" / "kv_cache.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.measure(tiny_model, tokenizer, rows=2, context=12, new_tokens=3, repeats=1)
+    assert result["same_tokens"] is True
+    assert (len(result["seconds_copying"]), len(result["seconds_in_place"])) == (1, 1)  # the warm-up is not counted
+    assert result["tokens_per_s_in_place"] == pytest.approx(2 * 3 / result["seconds_in_place"][0])
