@@ -1,11 +1,10 @@
 """A key/value cache that grows in chunks and is written in place.
 
 Hugging Face's ``DynamicLayer`` appends each decoded token with ``torch.cat``, which copies the
-whole cache of every layer at every step: the cost of a step grows with the context, and on a CPU
-it is a large share of a decode step (SmolLM2-135M, batch 32, 101-token prompts: about a quarter of
-the step; ``bench/speed.py``). ``ChunkedLayer`` keeps each layer's keys and values in a buffer with
-room for ``CHUNK`` more positions, writes new positions into it and hands attention a view of the
-filled part; the buffer is copied only when it is full, once per ``CHUNK`` positions.
+whole cache of every layer at every step, a cost that grows with the context (``bench/kv_cache.py``
+measures it). ``ChunkedLayer`` keeps each layer's keys and values in a buffer with room for
+``CHUNK`` more positions, writes new positions into it and hands attention a view of the filled
+part; the buffer is copied only when it is full, once per ``CHUNK`` positions.
 
 The values are the same tensors a ``DynamicLayer`` would hold: only where they live changes. Any
 operation that replaces ``keys`` / ``values`` (``batch_select_indices``, ``crop``, ...) is
@@ -19,9 +18,10 @@ from typing import Any
 
 import torch
 
-CHUNK = 256
+CHUNK = 64
 """Positions of room a buffer gets past what it holds: one copy per CHUNK decoded tokens, and at
-most CHUNK unused positions per row and layer."""
+most CHUNK unused positions per row and layer (an actor's turn, 12 tokens by default, and a critic
+completion, 32, decode without one)."""
 
 
 def _chunked_layer_class() -> type | None:
