@@ -5,9 +5,10 @@ import torch
 
 from tempo_plugin.rollout.sampler import Request, SamplingParams
 from tempo_plugin.samplers import kv_cache
-from tempo_plugin.samplers.kv_cache import CHUNK, CHUNKED_LAYER, chunked_cache
+from tempo_plugin.samplers.kv_cache import CHUNK, chunked_cache, chunked_layer_class
 from tempo_plugin.samplers.local import LocalSampler
 
+CHUNKED_LAYER = chunked_layer_class()
 pytestmark = pytest.mark.skipif(CHUNKED_LAYER is None, reason="transformers has no per-layer caches")
 
 
@@ -78,9 +79,14 @@ def test_a_model_with_sliding_window_layers_keeps_its_own_cache():
     assert chunked_cache(SimpleNamespace(config=config)) is None
 
 
-def test_without_per_layer_caches_the_model_keeps_its_own(monkeypatch, tiny_model):
-    monkeypatch.setattr(kv_cache, "CHUNKED_LAYER", None)  # a transformers older than its per-layer caches
+def test_without_per_layer_caches_the_sampler_keeps_the_models_own(monkeypatch, tiny_model, tokenizer):
+    from transformers.cache_utils import DynamicLayer
+
+    monkeypatch.setattr(kv_cache, "chunked_layer_class", lambda: None)  # a transformers older than its per-layer caches
     assert chunked_cache(tiny_model) is None
+    sampler = LocalSampler(tiny_model, tokenizer)
+    sampler.generate([Request(tokenizer.encode("Key room."), 3)], SamplingParams(stop_token_ids=()), seed=0)
+    assert all(type(layer) is DynamicLayer for layer in sampler._kept.cache.layers)
 
 
 def test_the_bench_decodes_the_same_tokens_from_both_caches(tiny_model, tokenizer):

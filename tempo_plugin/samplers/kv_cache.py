@@ -14,6 +14,7 @@ buffer and copies them into a new one.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -24,7 +25,10 @@ most CHUNK unused positions per row and layer (an actor's turn, 12 tokens by def
 completion, 32, decode without one)."""
 
 
-def _chunked_layer_class() -> type | None:
+@functools.cache
+def chunked_layer_class() -> type | None:
+    """``ChunkedLayer``, built on first use (importing transformers only then), or None where
+    transformers has no per-layer caches."""
     try:
         from transformers.cache_utils import DynamicLayer
     except ImportError:  # transformers without per-layer caches: keep its own cache
@@ -37,11 +41,10 @@ def _chunked_layer_class() -> type | None:
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             views = getattr(self, "_views", None)
-            if views is None or views[0] is not self.keys or views[1] is not self.values:
-                self._buffers = None  # keys/values were replaced (or are new): rebuild the buffers from them
+            replaced = views is None or views[0] is not self.keys or views[1] is not self.values  # or new
             held = self.get_seq_length()
             needed = held + key_states.shape[-2]
-            if self._buffers is None or self._buffers[0].shape[-2] < needed or self._buffers[0].shape[0] != key_states.shape[0]:
+            if replaced or self._buffers[0].shape[-2] < needed:  # rebuild from keys/values, with room again
                 self._buffers = tuple(
                     _grown(old if held else None, new, needed + CHUNK)
                     for old, new in ((self.keys, key_states), (self.values, value_states))
@@ -63,14 +66,12 @@ def _grown(held: torch.Tensor | None, new: torch.Tensor, capacity: int) -> torch
     return buffer
 
 
-CHUNKED_LAYER = _chunked_layer_class()
-
-
 def chunked_cache(model: Any) -> Any | None:
     """An empty cache of ``ChunkedLayer`` for ``model``, or None where the model's own cache must be
     kept: transformers without per-layer caches, or a model with other layers than plain growing
     ones (sliding windows, linear attention), whose cache layers behave differently."""
-    if CHUNKED_LAYER is None:
+    layer_class = chunked_layer_class()
+    if layer_class is None:
         return None
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -81,5 +82,5 @@ def chunked_cache(model: Any) -> Any | None:
         return None
     if cache is None or not getattr(cache, "layers", None) or any(type(layer) is not DynamicLayer for layer in cache.layers):
         return None
-    cache.layers = [CHUNKED_LAYER() for _ in cache.layers]
+    cache.layers = [layer_class() for _ in cache.layers]
     return cache
