@@ -61,3 +61,20 @@ def test_hollow_checks_by_hand(tmp_path):
     grpo = horizon.hollow_checks(write_run(tmp_path / "grpo", [
         {"phase": "grpo", "update": 1, "rollout/rounds": 80.0, "train/actor_samples": 16.0, "actor/degenerate_group_rate": 0.0}]))
     assert "endpoints_valued_share" not in grpo and "gate_open_share" not in grpo
+
+
+def test_calibration_reads_the_noise_floor_and_tolerates_older_summaries(tmp_path):
+    records = [{"phase": "td", "update": u, "critic/mean_estimate_mean": 0.2 * u, "critic/value_target_mean": 0.5}
+               for u in (1, 2, 3, 4)]
+    run = write_run(tmp_path / "tempo", records)
+    assert horizon.calibration(run) is None  # not measured against Monte Carlo
+    summary = {"constant_baseline_mae": 0.2, "mc_mean": 0.6, "perfect_critic_mae": 0.05,
+               "critics": {"generative": {"mae": 0.15, "ece": 0.1, "pearson": None, "value_mean": 0.55}}}
+    (run / "mc_critic").mkdir()
+    (run / "mc_critic" / "summary.json").write_text(json.dumps(summary))
+    got = horizon.calibration(run)
+    assert (got["mae"], got["constant_mae"], got["perfect_mae"]) == (0.15, 0.2, 0.05)
+    assert got["td_estimate_mean"] == pytest.approx(0.8) and got["td_target_mean"] == 0.5  # the last quarter: update 4
+    del summary["perfect_critic_mae"]  # written before the floor was measured
+    (run / "mc_critic" / "summary.json").write_text(json.dumps(summary))
+    assert horizon.calibration(run)["perfect_mae"] is None

@@ -220,6 +220,7 @@ def test_end_to_end_and_resume(run_dir, tmp_path, monkeypatch, capsys):
     for name in ("calibration.png", "scatter.png", "error_vs_position.png", "tracking.png", "action_ranking.png"):
         assert (out / name).stat().st_size > 1000
     assert "| generative |" in (out / "summary.md").read_text()
+    assert 0.0 <= summary["perfect_critic_mae"] <= 0.5 and "a perfect critic's expected MAE" in (out / "summary.md").read_text()
 
     # a third run finds everything in the cache: no rollouts, the same numbers
     assert cli.main(tiny_args(run_dir, out, "--critic-model", str(run_dir))) == 0

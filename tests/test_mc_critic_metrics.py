@@ -89,3 +89,34 @@ def test_value_metrics_and_mc_noise():
     # p = .5 and 0 with M = 4: sqrt(mean(.25 / 4, 0)) = sqrt(1/32)
     assert m.mc_standard_error([0.5, 0.0], 4) == pytest.approx(math.sqrt(1 / 32))
     assert m.mean_or_none([None, 1.0, 3.0]) == 2.0 and m.mean_or_none([None]) is None
+    # a critic 0.1 above every target: MAE 0.1, none of it left once its mean bias is taken out
+    shifted = m.value_metrics([0.2, 0.5, 0.9], [0.1, 0.4, 0.8])
+    assert shifted["mae"] == pytest.approx(0.1) and shifted["mae_debiased"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_incomplete_beta_against_closed_forms():
+    assert m.betainc(1, 1, 0.3) == pytest.approx(0.3)  # uniform
+    assert m.betainc(3, 1, 0.5) == pytest.approx(0.5 ** 3)  # I_x(a, 1) = x^a
+    assert m.betainc(1, 4, 0.2) == pytest.approx(1 - 0.8 ** 4)  # I_x(1, b) = 1 - (1 - x)^b
+    assert m.betainc(2.5, 2.5, 0.5) == pytest.approx(0.5)  # symmetric
+    assert (m.betainc(2, 3, 0.0), m.betainc(2, 3, 1.0)) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="a, b > 0"):
+        m.betainc(0, 1, 0.5)
+    # E|1/2 - p| for p ~ Beta(2, 2): 2 * int_0^1/2 (1/2 - p) 6 p (1 - p) dp = 12 / 64 = 3/16
+    assert m.expected_abs_deviation(0.5, 2, 2) == pytest.approx(3 / 16)
+    # at w = 1: E|1 - p| = 1 - mean = b / (a + b)
+    assert m.expected_abs_deviation(1.0, 3, 1) == pytest.approx(1 / 4)
+
+
+def test_perfect_critic_mae_by_hand():
+    # 0/16 and 16/16 states: Var p = (1/4 - 1/64) / (15/16) = 1/4, so alpha + beta = 0 -> both shapes at the
+    # Jeffreys floor 1/2; a state won 16 of 16 has posterior Beta(16.5, 0.5): E|1 - p| = 0.5 / 17
+    assert m.perfect_critic_mae([0.0, 1.0, 0.0, 1.0], 16) == pytest.approx(1 / 34)
+    # 1/4 and 3/4 with M = 4: the spread is all binomial noise (Var p = 0), so the prior pins p near the
+    # mean 1/2 (strength capped at 1e4) and each state is 1/4 away from it: a perfect critic ties the constant
+    assert m.perfect_critic_mae([0.25, 0.75], 4) == pytest.approx(0.25, abs=1e-3)
+    assert m.mae([0.25, 0.75], [0.5, 0.5]) == 0.25
+    # more continuations shrink the floor on the same spread of states
+    spread = [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert m.perfect_critic_mae(spread, 64) < m.perfect_critic_mae(spread, 16) < m.perfect_critic_mae(spread, 4)
+    assert m.perfect_critic_mae([], 16) is None and m.perfect_critic_mae([0.5], 1) is None

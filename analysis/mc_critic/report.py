@@ -128,9 +128,10 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
         "trajectories": len({s.trajectory for s in base}),
         "mc_failed": sum(1 for s in base if s.id in mc and mc[s.id].get("wins") is None),
         "mc_mean": m.mean_or_none(targets),
-        # the RMSE even a perfect critic shows against M-sample MC values, and that of a constant guess
+        # what even a perfect critic shows against M-sample MC values (RMSE, expected MAE), and a constant guess's MAE
         "mc_noise_rmse": m.mc_standard_error(targets, mc_samples),
         "constant_baseline_mae": m.mae(targets, [float(np.mean(targets))] * len(targets)) if targets else None,
+        "perfect_critic_mae": m.perfect_critic_mae(targets, mc_samples),
         "action_states": len(groups),
         "action_candidates_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
         "action_mc_spread_mean": float(np.mean([max(_mc(c, mc) for c in g) - min(_mc(c, mc) for c in g)
@@ -180,7 +181,8 @@ def markdown_table(summary: dict) -> str:
         lines.append("| " + " | ".join(row) + " |")
     notes = (f"{summary['states_measured']} states on {summary['trajectories']} trajectories; MC mean "
              f"{_fmt(summary['mc_mean'])}, MC noise RMSE {_fmt(summary['mc_noise_rmse'])}, constant-guess MAE "
-             f"{_fmt(summary['constant_baseline_mae'])}")
+             f"{_fmt(summary['constant_baseline_mae'])}, a perfect critic's expected MAE "
+             f"{_fmt(summary['perfect_critic_mae'])}")
     if summary["action_states"]:
         notes += (f"; action ranking on {summary['action_states']} states x {_fmt(summary['action_candidates_mean'], 1)} "
                   f"candidates (mean MC spread {_fmt(summary['action_mc_spread_mean'])})")
