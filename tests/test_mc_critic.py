@@ -2,6 +2,7 @@
 end-to-end run on the vault chain (random-init tiny model, short limits)."""
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -14,7 +15,7 @@ from tempo_plugin.rollout.sampler import Completion, SamplingParams
 from tempo_plugin.states.restore import restore_env
 
 from analysis.mc_critic import cli, ground_truth
-from analysis.mc_critic.cache import ResultCache, settings_key
+from analysis.mc_critic.cache import ResultCache, settings_key, weights_identity
 from analysis.mc_critic.states import State, action_children, force_action, macro_id, restored_env
 
 GAME = 2_000_000_003
@@ -140,6 +141,22 @@ def test_action_children_terminal_outcomes(protocol):
     room = State(id=macro_id(state), trajectory="t", order=0, position=0, macro=state)
     assert len(action_children([room], make_env, protocol, cfg, max_states=1, candidates=2, seed=0)) == 2
     assert action_children([room], make_env, protocol, cfg, max_states=0, candidates=4, seed=0) == []
+
+
+def test_weights_identity_follows_the_weights_not_the_folder(tmp_path):
+    run = tmp_path / "run" / "checkpoints" / "latest"
+    run.mkdir(parents=True)
+    (run / "model.safetensors").write_bytes(b"weights v1")
+    (run / "config.json").write_text("{}")
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "run", moved)  # a copy: new path, new modification times
+    assert weights_identity(run) == weights_identity(moved / "checkpoints" / "latest")
+    (run / "model.safetensors").write_bytes(b"weights v2")  # a new checkpoint saved there
+    assert weights_identity(run) != weights_identity(moved / "checkpoints" / "latest")
+    # no weight files: known by the folder itself
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert weights_identity(tmp_path / "a") != weights_identity(tmp_path / "b")
 
 
 def test_result_cache_round_trip_and_truncated_line(tmp_path):

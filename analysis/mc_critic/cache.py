@@ -2,7 +2,7 @@
 flushed as soon as it is computed, so an interrupted run loses at most the batch in flight.
 
 ``kind`` is ``mc`` (Monte-Carlo ground truth) or ``critic:<name>``; ``key`` hashes every setting the
-result depends on (the model directory and its weights, M or K, the seed, the run's generation
+result depends on (the model's weights, M or K, the seed, the run's generation
 settings), so a rerun with the same settings skips the state and a rerun with other settings (or
 after the run saved new weights) computes it afresh beside the old lines. A truncated last line
 (a run killed mid-write) is ignored.
@@ -21,13 +21,21 @@ def settings_key(**settings: Any) -> str:
 
 
 def weights_identity(directory: str | Path) -> str:
-    """The directory plus size and modification time of its weight files: changes when a run saves
-    a new checkpoint there."""
+    """The names, sizes and SHA-1 of a directory's weight files: changes when a run saves a new
+    checkpoint there, and survives moving or copying the run folder. A directory without weight
+    files is known by its resolved path."""
     path = Path(directory).resolve()
     files = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file()) \
         if path.is_dir() else []
-    stamp = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return f"{path}:{stamp}"
+    if not files:
+        return str(path)
+    digest = hashlib.sha1()
+    for file in files:
+        digest.update(f"{file.name}:{file.stat().st_size}:".encode())
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 class ResultCache:
