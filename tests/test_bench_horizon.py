@@ -63,18 +63,21 @@ def test_hollow_checks_by_hand(tmp_path):
     assert "endpoints_valued_share" not in grpo and "gate_open_share" not in grpo
 
 
-def test_calibration_reads_the_noise_floor_and_tolerates_older_summaries(tmp_path):
+def test_calibration_reads_the_noise_floor_and_the_live_states_and_tolerates_older_summaries(tmp_path):
     records = [{"phase": "td", "update": u, "critic/mean_estimate_mean": 0.2 * u, "critic/value_target_mean": 0.5}
                for u in (1, 2, 3, 4)]
     run = write_run(tmp_path / "tempo", records)
     assert horizon.calibration(run) is None  # not measured against Monte Carlo
     summary = {"constant_baseline_mae": 0.2, "mc_mean": 0.6, "perfect_critic_mae": 0.05,
-               "critics": {"generative": {"mae": 0.15, "ece": 0.1, "pearson": None, "value_mean": 0.55}}}
+               "critics": {"generative": {"mae": 0.15, "ece": 0.1, "pearson": None, "value_mean": 0.55,
+                                          "live": {"n": 3, "mae": 0.3, "constant_mae": 0.2, "pearson": 0.1}}}}
     (run / "mc_critic").mkdir()
     (run / "mc_critic" / "summary.json").write_text(json.dumps(summary))
     got = horizon.calibration(run)
     assert (got["mae"], got["constant_mae"], got["perfect_mae"]) == (0.15, 0.2, 0.05)
+    assert got["live_ratio"] == pytest.approx(1.5)  # .3 / .2 on the live states
     assert got["td_estimate_mean"] == pytest.approx(0.8) and got["td_target_mean"] == 0.5  # the last quarter: update 4
-    del summary["perfect_critic_mae"]  # written before the floor was measured
+    del summary["perfect_critic_mae"], summary["critics"]["generative"]["live"]  # written before these were measured
     (run / "mc_critic" / "summary.json").write_text(json.dumps(summary))
-    assert horizon.calibration(run)["perfect_mae"] is None
+    got = horizon.calibration(run)
+    assert got["perfect_mae"] is None and got["live_ratio"] is None

@@ -231,7 +231,8 @@ def test_end_to_end_and_resume(run_dir, tmp_path, monkeypatch, capsys):
     critic = summary["critics"]["generative"]
     assert summary["states_measured"] == summary["states"] == critic["n"] + critic["unanswered"] > 0
     assert {"mae", "rmse", "pearson", "spearman", "explained_variance", "ece", "by_position", "tracking",
-            "action_ranking"} <= set(critic)
+            "action_ranking", "live", "mae_debiased"} <= set(critic)
+    assert critic["live"]["n"] <= critic["n"]
     assert summary["action_states"] == 1 and critic["action_ranking"]["states"] == 1
     assert [r["position"] for r in critic["by_position"]] == sorted({r["position"] for r in critic["by_position"]})
     for name in ("calibration.png", "scatter.png", "error_vs_position.png", "tracking.png", "action_ranking.png"):

@@ -94,6 +94,17 @@ def test_value_metrics_and_mc_noise():
     assert shifted["mae"] == pytest.approx(0.1) and shifted["mae_debiased"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_live_states_leave_out_the_lost_ones():
+    # four lost states valued right and two live states valued in reverse: over all six the critic
+    # beats the constant (MAE 1/6 against 2/9, the constant 1/6), on the live ones it does not (.5 against .25)
+    values, targets = [0.0] * 4 + [0.75, 0.25], [0.0] * 4 + [0.25, 0.75]
+    assert m.mae(values, targets) == pytest.approx(1 / 6) and m.mae(targets, [1 / 6] * 6) == pytest.approx(2 / 9)
+    live = m.live_state_metrics(values, targets)
+    assert live["n"] == 2 and live["mae"] == 0.5 and live["constant_mae"] == 0.25
+    assert live["pearson"] == pytest.approx(-1.0)
+    assert m.live_state_metrics([0.3], [0.0]) == {"n": 0, "mae": None, "constant_mae": None, "pearson": None}
+
+
 def test_incomplete_beta_against_closed_forms():
     assert m.betainc(1, 1, 0.3) == pytest.approx(0.3)  # uniform
     assert m.betainc(3, 1, 0.5) == pytest.approx(0.5 ** 3)  # I_x(a, 1) = x^a

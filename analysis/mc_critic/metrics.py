@@ -13,7 +13,9 @@ too few points, or no variance on a side), so the results go straight into JSON.
 - ranking: pairwise sign agreement of two score vectors (the action-ranking check);
 - the noise floor: the MAE a critic that knew every state's true value would still show against
   M-sample Monte-Carlo values (``perfect_critic_mae``), and the MAE left once the critic's mean
-  bias is taken out (``mae_debiased``).
+  bias is taken out (``mae_debiased``);
+- live states: the same MAE / constant / Pearson on the states some continuation still won
+  (``live_state_metrics``), where a critic that only tells lost states from the rest gains nothing.
 """
 
 from __future__ import annotations
@@ -252,6 +254,22 @@ def perfect_critic_mae(wins: Sequence[float], samples: int) -> float | None:
     alpha, beta = max(mean * strength, PRIOR_SHAPE_MIN), max((1.0 - mean) * strength, PRIOR_SHAPE_MIN)
     wins_k = np.rint(w * samples)
     return _float(np.mean([expected_abs_deviation(k / samples, alpha + k, beta + samples - k) for k in wins_k]))
+
+
+def live_state_metrics(values: Sequence[float], targets: Sequence[float]) -> dict:
+    """MAE, the constant guess's MAE (the mean Monte-Carlo value of these states) and Pearson on the
+    states whose Monte-Carlo value is above 0. A lost state (no continuation wins) is easy to value
+    and moves the constant far from the rest, so a critic can beat the constant over all states by
+    telling lost states apart alone; on the live states it must rank the games still open."""
+    v, t = _arrays(values, targets)
+    live = t > 0.0
+    v, t = v[live], t[live]
+    return {
+        "n": int(t.size),
+        "mae": mae(v, t) if t.size else None,
+        "constant_mae": mae(t, np.full_like(t, t.mean())) if t.size else None,
+        "pearson": pearson(v, t),
+    }
 
 
 def mean_or_none(xs: Sequence[float | None]) -> float | None:

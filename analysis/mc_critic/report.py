@@ -145,6 +145,7 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
         samples = sum(r.get("samples", 0) for r in results)
         block = m.value_metrics([v for _, v, _ in answered], [t for _, _, t in answered])
         block.update({
+            "live": m.live_state_metrics([v for _, v, _ in answered], [t for _, _, t in answered]),
             "unanswered": len(rows) - len(answered),
             "parse_failure_rate": 1 - sum(r.get("parsed", 0) for r in results) / samples if samples else None,
             "by_position": _by_position(answered),
