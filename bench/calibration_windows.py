@@ -2,7 +2,8 @@
 
 For finished TEMPO runs with the calibration map (``--critic-calibration platt``) that were measured
 against Monte Carlo (``run/mc_critic``, as ``bench/horizon.py --calibrate`` does), the map is refitted
-on the run's audits (``critic_values.jsonl``: every (raw estimate, outcome) pair, in update order),
+on the run's audits (``critic_values.jsonl``: every (raw estimate, target) pair, in update order; with
+``--audit-weight 1``, the default, a target is its audit's outcome),
 applied to the final critic's raw values on the Monte-Carlo states, and scored as MAE over the MAE of
 the constant guess (the states' Monte-Carlo mean). No model runs: the raw values come from the
 measurement's cache.
@@ -22,6 +23,8 @@ import json
 import statistics
 from pathlib import Path
 from typing import Callable, Sequence
+
+import yaml
 
 from tempo_plugin.algorithms.tempo import CALIBRATION_PRIOR, Calibration, _logit, _sigmoid, fit_calibration
 from tempo_plugin.metrics import VALUE_PAIRS_FILE
@@ -45,8 +48,11 @@ def monte_carlo_states(run: Path) -> tuple[list[float], list[float]]:
     ids = [s["id"] for s in json.loads((folder / "states.json").read_text())["states"]]
     mc: dict[str, float] = {}
     raw: dict[str, float] = {}
+    first_key: dict[str, str] = {}  # a cache can hold lines of later reruns with other settings: keep the first
     for line in (folder / "cache.jsonl").read_text().splitlines():
         record = json.loads(line)
+        if first_key.setdefault(record["kind"], record["key"]) != record["key"]:
+            continue
         if record["kind"] == "mc" and record["result"].get("wins") is not None:
             mc[record["id"]] = record["result"]["wins"]
         elif record["kind"] == "critic:generative" and record["result"] and record["result"].get("value") is not None:
@@ -122,6 +128,10 @@ def main() -> None:
         missing = [p for p in (VALUE_PAIRS_FILE, "mc_critic/states.json", "mc_critic/cache.jsonl") if not (run / p).is_file()]
         if missing:
             raise SystemExit(f"{run}: no {missing[0]}; run analysis/mc_critic on it first (bench/horizon.py --calibrate)")
+        weight = yaml.safe_load((run / "config.yaml").read_text()).get("audit_weight")
+        if weight != 1:
+            raise SystemExit(f"{run}: audit_weight {weight} in config.yaml; the map is refitted on audit outcomes, "
+                             "which the critic's targets are only with --audit-weight 1")
     scores = [score(run) for run in args.runs]
     text = table(args.runs, scores)
     print(text)

@@ -201,7 +201,7 @@ def calibration(run: Path) -> dict[str, float] | None:
     return {
         "mae": critic["mae"], "constant_mae": summary["constant_baseline_mae"], "ece": critic["ece"],
         "perfect_mae": summary.get("perfect_critic_mae"),  # these two are None in summaries written before them
-        "live_ratio": _ratio(critic.get("live")),
+        "live_ratio": _live_ratio(critic.get("live")),
         "pearson": critic["pearson"] if critic["pearson"] is not None else math.nan,
         "estimate_mean": critic["value_mean"], "mc_mean": summary["mc_mean"],
         "td_estimate_mean": statistics.fmean(r["critic/mean_estimate_mean"] for r in last if "critic/mean_estimate_mean" in r),
@@ -209,7 +209,7 @@ def calibration(run: Path) -> dict[str, float] | None:
     }
 
 
-def _ratio(live: dict | None) -> float | None:
+def _live_ratio(live: dict | None) -> float | None:
     """A critic's MAE over the constant guess's on the live states (Monte-Carlo value above 0)."""
     if not live or live["mae"] is None or not live["constant_mae"]:
         return None

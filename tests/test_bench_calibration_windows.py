@@ -22,8 +22,10 @@ def test_intercept_refit_by_hand():
     assert windows.refit_intercept(pairs, a=2.0, b0=math.log(3)) == pytest.approx(math.log(3), abs=1e-9)
 
 
-def write_run(folder: Path, audit_updates: list[tuple[list[float], list[float]]], raw: list[float], mc: list[float]) -> Path:
+def write_run(folder: Path, audit_updates: list[tuple[list[float], list[float]]], raw: list[float], mc: list[float],
+              audit_weight: float = 1.0) -> Path:
     (folder / "mc_critic").mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"audit_weight: {audit_weight}\n")
     (folder / "critic_values.jsonl").write_text("".join(
         json.dumps({"phase": "td", "update": u, "estimate": e, "target": t}) + "\n" for u, (e, t) in enumerate(audit_updates)))
     ids = [f"s{i}" for i in range(len(raw))]
@@ -31,6 +33,8 @@ def write_run(folder: Path, audit_updates: list[tuple[list[float], list[float]]]
     records = [{"kind": "mc", "key": "m", "id": i, "result": {"wins": w, "samples": 16}} for i, w in zip(ids, mc)]
     records += [{"kind": "critic:generative", "key": "c", "id": i, "result": {"value": v, "parsed": 4, "samples": 4}}
                 for i, v in zip(ids, raw)]
+    # a later rerun with other settings appended its own lines: only the first settings count
+    records += [{"kind": "critic:generative", "key": "other", "id": i, "result": {"value": 0.99}} for i in ids]
     (folder / "mc_critic" / "cache.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return folder
 
@@ -49,9 +53,13 @@ def test_every_map_scored_against_the_constant_guess(tmp_path):
     assert "| last 64 (the run's) | 0.40 | 1/1 | 0.40 | +0.00 |" in text
 
 
-def test_a_run_without_its_measurement_is_one_line(tmp_path, monkeypatch, capsys):
+def test_bad_runs_are_one_line(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "critic_values.jsonl").write_text("")
     monkeypatch.setattr(sys, "argv", ["calibration_windows.py", str(tmp_path / "run")])
     with pytest.raises(SystemExit, match="no mc_critic/states.json; run analysis/mc_critic on it first"):
+        windows.main()
+    mixed = write_run(tmp_path / "mixed", [([0.5] * 8, [1.0, 0.0] * 4)], [0.5], [0.5], audit_weight=0.5)
+    monkeypatch.setattr(sys, "argv", ["calibration_windows.py", str(mixed)])
+    with pytest.raises(SystemExit, match="audit_weight 0.5 in config.yaml"):
         windows.main()
