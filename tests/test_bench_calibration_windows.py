@@ -53,6 +53,16 @@ def test_every_map_scored_against_the_constant_guess(tmp_path):
     assert "| last 64 (the run's) | 0.40 | 1/1 | 0.40 | +0.00 |" in text
 
 
+def test_a_short_window_follows_the_latest_outcomes(tmp_path):
+    # 6 updates lost every audit, the last 2 won every one (estimates 1/2 throughout): the last 16 audits
+    # say "always won", the 64 mostly "lost", so the short window's map lifts the same raw values higher
+    audit_updates = [([0.5] * 8, [0.0] * 8)] * 6 + [([0.5] * 8, [1.0] * 8)] * 2
+    run = write_run(tmp_path / "run", audit_updates, raw=[0.5, 0.5], mc=[0.5, 1.0])
+    scores = windows.score(run)
+    assert scores["last 16"][1] > 0.0 > scores["last 64 (the run's)"][1]  # estimate - MC: above, below
+    assert scores["last 128"] == scores["every audit"] == scores["last 64 (the run's)"]  # 64 audits in all
+
+
 def test_bad_runs_are_one_line(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "critic_values.jsonl").write_text("")

@@ -103,6 +103,7 @@ def test_live_states_leave_out_the_lost_ones():
     assert live["n"] == 2 and live["mae"] == 0.5 and live["constant_mae"] == 0.25
     assert live["pearson"] == pytest.approx(-1.0)
     assert m.live_state_metrics([0.3], [0.0]) == {"n": 0, "mae": None, "constant_mae": None, "pearson": None}
+    assert m.constant_mae([0.0, 0.5, 1.0]) == pytest.approx(1 / 3) and m.constant_mae([]) is None
 
 
 def test_incomplete_beta_against_closed_forms():

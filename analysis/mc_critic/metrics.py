@@ -256,6 +256,12 @@ def perfect_critic_mae(wins: Sequence[float], samples: int) -> float | None:
     return _float(np.mean([expected_abs_deviation(k / samples, alpha + k, beta + samples - k) for k in wins_k]))
 
 
+def constant_mae(targets: Sequence[float]) -> float | None:
+    """The MAE of guessing the targets' own mean for every state (an oracle constant)."""
+    t = np.asarray(targets, dtype=float)
+    return mae(t, np.full_like(t, t.mean())) if t.size else None
+
+
 def live_state_metrics(values: Sequence[float], targets: Sequence[float]) -> dict:
     """MAE, the constant guess's MAE (the mean Monte-Carlo value of these states) and Pearson on the
     states whose Monte-Carlo value is above 0. A lost state (no continuation wins) is easy to value
@@ -267,7 +273,7 @@ def live_state_metrics(values: Sequence[float], targets: Sequence[float]) -> dic
     return {
         "n": int(t.size),
         "mae": mae(v, t) if t.size else None,
-        "constant_mae": mae(t, np.full_like(t, t.mean())) if t.size else None,
+        "constant_mae": constant_mae(t),
         "pearson": pearson(v, t),
     }
 

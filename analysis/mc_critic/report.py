@@ -130,7 +130,7 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
         "mc_mean": m.mean_or_none(targets),
         # what even a perfect critic shows against M-sample MC values (RMSE, expected MAE), and a constant guess's MAE
         "mc_noise_rmse": m.mc_standard_error(targets, mc_samples),
-        "constant_baseline_mae": m.mae(targets, [float(np.mean(targets))] * len(targets)) if targets else None,
+        "constant_baseline_mae": m.constant_mae(targets),
         "perfect_critic_mae": m.perfect_critic_mae(targets, mc_samples),
         "action_states": len(groups),
         "action_candidates_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
@@ -143,9 +143,10 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
         answered = [(s, v, t) for s, v, t in rows if v is not None]
         results = [values[s.id] for s in measured if s.id in values]
         samples = sum(r.get("samples", 0) for r in results)
-        block = m.value_metrics([v for _, v, _ in answered], [t for _, _, t in answered])
+        answered_values, answered_targets = [v for _, v, _ in answered], [t for _, _, t in answered]
+        block = m.value_metrics(answered_values, answered_targets)
         block.update({
-            "live": m.live_state_metrics([v for _, v, _ in answered], [t for _, _, t in answered]),
+            "live": m.live_state_metrics(answered_values, answered_targets),
             "unanswered": len(rows) - len(answered),
             "parse_failure_rate": 1 - sum(r.get("parsed", 0) for r in results) / samples if samples else None,
             "by_position": _by_position(answered),
