@@ -202,6 +202,7 @@ def calibration(run: Path) -> dict[str, float] | None:
         "mae": critic["mae"], "constant_mae": summary["constant_baseline_mae"], "ece": critic["ece"],
         "perfect_mae": summary.get("perfect_critic_mae"),  # these two are None in summaries written before them
         "live_ratio": _live_ratio(critic.get("live")),
+        "live_floor_ratio": _live_ratio(critic.get("live"), "perfect_mae"),  # None before the live floor was measured
         "pearson": critic["pearson"] if critic["pearson"] is not None else math.nan,
         "estimate_mean": critic["value_mean"], "mc_mean": summary["mc_mean"],
         "td_estimate_mean": statistics.fmean(r["critic/mean_estimate_mean"] for r in last if "critic/mean_estimate_mean" in r),
@@ -209,11 +210,12 @@ def calibration(run: Path) -> dict[str, float] | None:
     }
 
 
-def _live_ratio(live: dict | None) -> float | None:
-    """A critic's MAE over the constant guess's on the live states (Monte-Carlo value above 0)."""
-    if not live or live["mae"] is None or not live["constant_mae"]:
+def _live_ratio(live: dict | None, key: str = "mae") -> float | None:
+    """On the live states (Monte-Carlo value above 0): a critic's MAE (or, with ``key`` perfect_mae,
+    a perfect critic's) over the constant guess's."""
+    if not live or live.get(key) is None or not live["constant_mae"]:
         return None
-    return live["mae"] / live["constant_mae"]
+    return live[key] / live["constant_mae"]
 
 
 def standard_error(values: list[float]) -> float:
@@ -298,27 +300,28 @@ def table(summary: dict, args: argparse.Namespace) -> str:
             "MAE / constant: per seed; perfect / constant: per seed, the MAE a critic that knew every state's true "
             "value would show against these Monte-Carlo values (their noise floor), over the constant's; live: per "
             "seed, MAE / constant on the states some continuation still won (a critic that only tells lost states "
-            "apart gains nothing there); beats "
+            "apart gains nothing there); live perfect: per seed, a perfect critic's MAE / constant on those states; beats "
             "constant: seeds whose MAE is below the constant guess's; collapsed: "
             "seeds whose mean estimate is below 0.1 where the Monte-Carlo mean is above 0.2; critic samples min: "
             "the fewest critic training samples in a TD update, over the seeds.",
             "",
-            "| V | method | seeds | MAE | constant-guess MAE | MAE / constant | perfect / constant | live | beats constant | ECE "
-            "| Pearson | estimate mean | MC mean | collapsed | TD estimate mean | TD target mean | critic samples min |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| V | method | seeds | MAE | constant-guess MAE | MAE / constant | perfect / constant | live | live perfect | beats constant "
+            "| ECE | Pearson | estimate mean | MC mean | collapsed | TD estimate mean | TD target mean | critic samples min |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for v, m, cals in calibrated:
             cell = lambda key: fmt([c[key] for c in cals], 3)  # noqa: E731
             ratios = " / ".join(f"{c['mae'] / c['constant_mae']:.2f}" if c["constant_mae"] > 0 else "-" for c in cals)
             floors = " / ".join(f"{c['perfect_mae'] / c['constant_mae']:.2f}" if c["perfect_mae"] is not None
                                 and c["constant_mae"] > 0 else "-" for c in cals)
-            live = " / ".join(f"{c['live_ratio']:.2f}" if c["live_ratio"] is not None else "-" for c in cals)
+            live, live_floor = (" / ".join(f"{c[key]:.2f}" if c.get(key) is not None else "-" for c in cals)
+                                for key in ("live_ratio", "live_floor_ratio"))
             beats = sum(c["mae"] < c["constant_mae"] for c in cals)
             collapsed = sum(c["estimate_mean"] < 0.1 and c["mc_mean"] > 0.2 for c in cals)
             critic_min = min((c.get("critic_samples_min", math.nan) for c in summary["lengths"][v]["methods"][m]["checks"]),
                              default=math.nan)
             lines.append(f"| {v} | {m} | {len(cals)} | {cell('mae')} | {cell('constant_mae')} | {ratios} | {floors} | {live} "
-                         f"| {beats}/{len(cals)} "
+                         f"| {live_floor} | {beats}/{len(cals)} "
                          f"| {cell('ece')} | {fmt([c['pearson'] for c in cals], 2)} | {cell('estimate_mean')} | {cell('mc_mean')} "
                          f"| {collapsed}/{len(cals)} | {cell('td_estimate_mean')} | {cell('td_target_mean')} | {critic_min:.0f} |")
     return "\n".join(lines)

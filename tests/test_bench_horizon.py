@@ -70,14 +70,16 @@ def test_calibration_reads_the_noise_floor_and_the_live_states_and_tolerates_old
     assert horizon.calibration(run) is None  # not measured against Monte Carlo
     summary = {"constant_baseline_mae": 0.2, "mc_mean": 0.6, "perfect_critic_mae": 0.05,
                "critics": {"generative": {"mae": 0.15, "ece": 0.1, "pearson": None, "value_mean": 0.55,
-                                          "live": {"n": 3, "mae": 0.3, "constant_mae": 0.2, "pearson": 0.1}}}}
+                                          "live": {"n": 3, "mae": 0.3, "constant_mae": 0.2, "pearson": 0.1,
+                                                   "perfect_mae": 0.16}}}}
     (run / "mc_critic").mkdir()
     (run / "mc_critic" / "summary.json").write_text(json.dumps(summary))
     got = horizon.calibration(run)
     assert (got["mae"], got["constant_mae"], got["perfect_mae"]) == (0.15, 0.2, 0.05)
     assert got["live_ratio"] == pytest.approx(1.5)  # .3 / .2 on the live states
+    assert got["live_floor_ratio"] == pytest.approx(0.8)  # a perfect critic's .16 / .2 there
     assert got["td_estimate_mean"] == pytest.approx(0.8) and got["td_target_mean"] == 0.5  # the last quarter: update 4
     del summary["perfect_critic_mae"], summary["critics"]["generative"]["live"]  # written before these were measured
     (run / "mc_critic" / "summary.json").write_text(json.dumps(summary))
     got = horizon.calibration(run)
-    assert got["perfect_mae"] is None and got["live_ratio"] is None
+    assert got["perfect_mae"] is None and got["live_ratio"] is None and got["live_floor_ratio"] is None

@@ -101,8 +101,30 @@ def test_live_states_leave_out_the_lost_ones():
     assert m.mae(values, targets) == pytest.approx(1 / 6) and m.mae(targets, [1 / 6] * 6) == pytest.approx(2 / 9)
     live = m.live_state_metrics(values, targets)
     assert live["n"] == 2 and live["mae"] == 0.5 and live["constant_mae"] == 0.25
-    assert live["pearson"] == pytest.approx(-1.0)
-    assert m.live_state_metrics([0.3], [0.0]) == {"n": 0, "mae": None, "constant_mae": None, "pearson": None}
+    assert live["pearson"] == pytest.approx(-1.0) and live["mae_debiased"] == pytest.approx(0.5)  # no mean bias to take out
+    assert live["perfect_mae"] is None  # no floor given
+    assert m.live_state_metrics([0.3], [0.0]) == {"n": 0, "mae": None, "constant_mae": None, "pearson": None,
+                                                  "mae_debiased": None, "perfect_mae": None}
+
+
+def test_live_states_debiased_mae_and_floor_by_hand():
+    # the live states read 0.1 high: MAE 0.1, none once the bias is out; the floor is the mean of the
+    # live states' own deviations (0.3 and 0.5), the lost states' (0.01, 0.02) left out
+    live = m.live_state_metrics([0.0, 0.0, 0.35, 0.85], [0.0, 0.0, 0.25, 0.75], [0.01, 0.02, 0.3, 0.5])
+    assert live["mae"] == pytest.approx(0.1) and live["mae_debiased"] == pytest.approx(0.0, abs=1e-12)
+    assert live["perfect_mae"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="3 perfect-critic deviations for 4 states"):
+        m.live_state_metrics([0.0, 0.0, 0.35, 0.85], [0.0, 0.0, 0.25, 0.75], [0.1, 0.2, 0.3])
+
+
+def test_perfect_critic_deviations_per_state():
+    # 0/1 states at M = 16: every state's deviation is 1/34 (the floor by hand below), so the
+    # live half's mean is 1/34 too; the deviations' mean is the floor
+    deviations = m.perfect_critic_deviations([0.0, 1.0, 0.0, 1.0], 16)
+    assert deviations.tolist() == pytest.approx([1 / 34] * 4)
+    spread = [0.0, 0.25, 0.5, 0.5, 0.75, 1.0]
+    assert float(m.perfect_critic_deviations(spread, 16).mean()) == pytest.approx(m.perfect_critic_mae(spread, 16))
+    assert m.perfect_critic_deviations([], 16) is None
     assert m.constant_mae([0.0, 0.5, 1.0]) == pytest.approx(1 / 3) and m.constant_mae([]) is None
 
 

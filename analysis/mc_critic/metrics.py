@@ -14,8 +14,9 @@ too few points, or no variance on a side), so the results go straight into JSON.
 - the noise floor: the MAE a critic that knew every state's true value would still show against
   M-sample Monte-Carlo values (``perfect_critic_mae``), and the MAE left once the critic's mean
   bias is taken out (``mae_debiased``);
-- live states: the same MAE / constant / Pearson on the states some continuation still won
-  (``live_state_metrics``), where a critic that only tells lost states from the rest gains nothing.
+- live states: the same MAE / constant / Pearson / debiased MAE and the noise floor on the states
+  some continuation still won (``live_state_metrics``), where a critic that only tells lost states
+  from the rest gains nothing.
 """
 
 from __future__ import annotations
@@ -234,15 +235,14 @@ def expected_abs_deviation(w: float, a: float, b: float) -> float:
     return mu - w + 2.0 * (w * betainc(a, b, w) - mu * betainc(a + 1.0, b, w))
 
 
-def perfect_critic_mae(wins: Sequence[float], samples: int) -> float | None:
-    """The MAE against M-sample Monte-Carlo values w_i = k_i / M of a critic that knew every
-    state's true value p_i: mean_i E[|w_i - p_i| | k_i]. The p_i get a Beta(alpha, beta) prior
-    fitted to the states by moments (mean m of the w_i; their variance s^2 = Var p + E[p (1 - p)] / M,
+def perfect_critic_deviations(wins: Sequence[float], samples: int) -> np.ndarray | None:
+    """Per state, E[|w_i - p_i| | k_i]: how far a critic that knew the state's true value p_i is
+    expected to be from its M-sample Monte-Carlo value w_i = k_i / M. The p_i get a Beta(alpha, beta)
+    prior fitted to the states by moments (mean m of the w_i; their variance s^2 = Var p + E[p (1 - p)] / M,
     so Var p = (s^2 - m (1 - m) / M) / (1 - 1 / M) and alpha + beta = m (1 - m) / Var p - 1, capped at
     PRIOR_STRENGTH_MAX, each shape at least PRIOR_SHAPE_MIN); each state's posterior is
-    Beta(alpha + k_i, beta + M - k_i). Unlike ``mc_standard_error`` it does not take a state won in
-    16 of 16 continuations as certain. A critic cannot be expected to beat this; where it is near
-    the constant guess's MAE, no critic can beat the constant by much on these states."""
+    Beta(alpha + k_i, beta + M - k_i). The prior is fitted on every state given, so a subset's mean
+    (the live states') is not fitted on a truncated sample."""
     w = np.asarray(wins, dtype=float)
     if not w.size or samples < 2:
         return None
@@ -253,7 +253,16 @@ def perfect_critic_mae(wins: Sequence[float], samples: int) -> float | None:
     strength = min(max(strength, 0.0), PRIOR_STRENGTH_MAX)
     alpha, beta = max(mean * strength, PRIOR_SHAPE_MIN), max((1.0 - mean) * strength, PRIOR_SHAPE_MIN)
     wins_k = np.rint(w * samples)
-    return _float(np.mean([expected_abs_deviation(k / samples, alpha + k, beta + samples - k) for k in wins_k]))
+    return np.array([expected_abs_deviation(k / samples, alpha + k, beta + samples - k) for k in wins_k])
+
+
+def perfect_critic_mae(wins: Sequence[float], samples: int) -> float | None:
+    """The MAE against M-sample Monte-Carlo values of a critic that knew every state's true value:
+    the mean of ``perfect_critic_deviations``. Unlike ``mc_standard_error`` it does not take a state
+    won in 16 of 16 continuations as certain. A critic cannot be expected to beat this; where it is
+    near the constant guess's MAE, no critic can beat the constant by much on these states."""
+    deviations = perfect_critic_deviations(wins, samples)
+    return None if deviations is None else _float(deviations.mean())
 
 
 def constant_mae(targets: Sequence[float]) -> float | None:
@@ -262,19 +271,30 @@ def constant_mae(targets: Sequence[float]) -> float | None:
     return mae(t, np.full_like(t, t.mean())) if t.size else None
 
 
-def live_state_metrics(values: Sequence[float], targets: Sequence[float]) -> dict:
-    """MAE, the constant guess's MAE (the mean Monte-Carlo value of these states) and Pearson on the
-    states whose Monte-Carlo value is above 0. A lost state (no continuation wins) is easy to value
-    and moves the constant far from the rest, so a critic can beat the constant over all states by
-    telling lost states apart alone; on the live states it must rank the games still open."""
+def live_state_metrics(values: Sequence[float], targets: Sequence[float],
+                       perfect_deviations: Sequence[float] | None = None) -> dict:
+    """MAE, the constant guess's MAE (the mean Monte-Carlo value of these states), Pearson and the
+    MAE without the critic's mean bias on these states, on the states whose Monte-Carlo value is
+    above 0. A lost state (no continuation wins) is easy to value and moves the constant far from
+    the rest, so a critic can beat the constant over all states by telling lost states apart alone;
+    on the live states it must rank the games still open. ``perfect_deviations`` (one per state,
+    ``perfect_critic_deviations`` of all states) gives ``perfect_mae``: the floor on these states."""
     v, t = _arrays(values, targets)
     live = t > 0.0
     v, t = v[live], t[live]
+    floor = None
+    if perfect_deviations is not None:
+        d = np.asarray(perfect_deviations, dtype=float)
+        if d.shape != live.shape:
+            raise ValueError(f"live_state_metrics: {d.size} perfect-critic deviations for {live.size} states")
+        floor = _float(d[live].mean()) if t.size else None
     return {
         "n": int(t.size),
         "mae": mae(v, t) if t.size else None,
         "constant_mae": constant_mae(t),
         "pearson": pearson(v, t),
+        "mae_debiased": mae(v - (v.mean() - t.mean()), t) if t.size else None,
+        "perfect_mae": floor,
     }
 
 

@@ -138,6 +138,8 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
                                                 for g in groups.values()])) if groups else None,
         "critics": {},
     }
+    floor = m.perfect_critic_deviations(targets, mc_samples)
+    floor_of = {s.id: float(d) for s, d in zip(measured, floor)} if floor is not None else {}
     for name, values in critics.items():
         rows = [(s, _value(s, values), _mc(s, mc)) for s in measured]
         answered = [(s, v, t) for s, v, t in rows if v is not None]
@@ -146,7 +148,8 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
         answered_values, answered_targets = [v for _, v, _ in answered], [t for _, _, t in answered]
         block = m.value_metrics(answered_values, answered_targets)
         block.update({
-            "live": m.live_state_metrics(answered_values, answered_targets),
+            "live": m.live_state_metrics(answered_values, answered_targets,
+                                         [floor_of[s.id] for s, _, _ in answered] if floor_of else None),
             "unanswered": len(rows) - len(answered),
             "parse_failure_rate": 1 - sum(r.get("parsed", 0) for r in results) / samples if samples else None,
             "by_position": _by_position(answered),
