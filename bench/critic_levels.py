@@ -1,0 +1,179 @@
+"""Where a critic's error on the live states comes from: its values per number of milestones left. Offline.
+
+For finished TEMPO runs measured against Monte Carlo (``run/mc_critic``, as ``bench/horizon.py
+--calibrate`` does), every measured state is replayed on its held-out game (its seed and actions) to
+read how many of the game's milestones are left (``stage_count - stages_completed()``, Temporal
+GRPO's stages; in the vault chain two per vault: the right key held, the vault open) and whether a
+plan can still win (``winnable()``). On the live states (Monte-Carlo value above 0) it prints, per
+number of milestones left, the Monte-Carlo mean and the critic's mean value (through the run's
+calibration map, as ``analysis/mc_critic`` measures it), and scores as MAE over the constant
+guess's on the live states:
+
+- the critic;
+- the levels model: each state valued by the Monte-Carlo mean of the *other* live states with as
+  many milestones left (leave-one-out; the live mean where it is alone). It knows nothing but that
+  count, so it says how much of the live states' spread a critic could capture from it;
+- the noise floor: a critic that knew every state's true value (``perfect_critic_deviations``).
+
+No model runs: the critic's values and the Monte-Carlo values come from the measurement's cache.
+
+    .venv/bin/python bench/critic_levels.py bench/results/critic-live/v4/tempo-*-seed? [--out F.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from analysis.mc_critic.metrics import perfect_critic_deviations  # noqa: E402
+from tempo_plugin.config import TempoConfig  # noqa: E402
+from tempo_plugin.embedded.run_folder import checkpoint_calibration  # noqa: E402
+from tempo_plugin.envs import eval_env_factory  # noqa: E402
+from tempo_plugin.runs import resolve_run  # noqa: E402
+
+MC_SAMPLES = 16
+"""Continuations per state of ``bench/horizon.py --calibrate``'s measurement (``CALIBRATION``)."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured state: milestones left, Monte-Carlo value, critic value (through the run's map), floor."""
+
+    left: int
+    mc: float
+    critic: float
+    floor: float
+
+
+def cached_values(folder: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """(Monte-Carlo value, raw critic value) per state id, from the first settings in ``cache.jsonl``
+    (a later rerun with other settings may have appended lines of its own)."""
+    mc: dict[str, float] = {}
+    raw: dict[str, float] = {}
+    first_key: dict[str, str] = {}
+    for line in (folder / "cache.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if first_key.setdefault(record["kind"], record["key"]) != record["key"]:
+            continue
+        if record["kind"] == "mc" and record["result"].get("wins") is not None:
+            mc[record["id"]] = record["result"]["wins"]
+        elif record["kind"] == "critic:generative" and record["result"] and record["result"].get("value") is not None:
+            raw[record["id"]] = record["result"]["value"]
+    return mc, raw
+
+
+def milestones_left(make_env, macro: dict) -> tuple[int, bool]:
+    """(milestones left, winnable) of a state, replayed from its game seed and actions."""
+    env = make_env()
+    env.reset(macro["env_seed"])
+    for action in macro["action_history"]:
+        env.step(action)
+    return env.stage_count - env.stages_completed(), env.winnable()
+
+
+def measured_states(run: Path) -> list[Measured]:
+    ref = resolve_run(run)
+    cfg = ref.config or TempoConfig()
+    make_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults, cfg.eval_split)
+    probe = make_env()
+    if not hasattr(probe, "stages_completed"):
+        raise SystemExit(f"{run}: environment {cfg.env!r} has no milestones (stages_completed); "
+                         "this breakdown needs one that has (--env vaults or chain)")
+    calibration = checkpoint_calibration(ref.model_dir, cfg)
+    folder = run / "mc_critic"
+    mc, raw = cached_values(folder)
+    states = [s for s in json.loads((folder / "states.json").read_text())["states"] if s["id"] in mc and s["id"] in raw]
+    floor = perfect_critic_deviations([mc[s["id"]] for s in states], MC_SAMPLES)
+    rows = []
+    for state, deviation in zip(states, floor if floor is not None else []):
+        left, winnable = milestones_left(make_env, state["macro"])
+        if mc[state["id"]] > 0 and not winnable:
+            raise SystemExit(f"{run}: state {state['id']} replays as lost but won {mc[state['id']]:.2f} of its "
+                             "continuations; its game or actions do not match the measurement")
+        rows.append(Measured(left, mc[state["id"]], calibration(raw[state["id"]]), float(deviation)))
+    return rows
+
+
+def levels_model(live: Sequence[Measured]) -> list[float]:
+    """Each live state valued by the Monte-Carlo mean of the other live states with as many milestones
+    left (leave-one-out), or of every other live state where it is the only one at its level."""
+    total = sum(s.mc for s in live)
+    out = []
+    for s in live:
+        same = [o.mc for o in live if o.left == s.left]
+        out.append((sum(same) - s.mc) / (len(same) - 1) if len(same) > 1 else (total - s.mc) / max(1, len(live) - 1))
+    return out
+
+
+def score(rows: Sequence[Measured]) -> dict:
+    """On the live states: MAE / constant of the critic, the levels model and a perfect critic, and per level
+    (n, Monte-Carlo mean, critic mean)."""
+    live = [s for s in rows if s.mc > 0]
+    if len(live) < 2:
+        return {"live": len(live)}
+    mean_mc = statistics.fmean(s.mc for s in live)
+    constant = statistics.fmean(abs(s.mc - mean_mc) for s in live)
+    if constant == 0:
+        return {"live": len(live)}
+    ratio = lambda values: statistics.fmean(abs(v - s.mc) for v, s in zip(values, live)) / constant  # noqa: E731
+    levels = {}
+    for left in sorted({s.left for s in live}):
+        at = [s for s in live if s.left == left]
+        levels[left] = (len(at), statistics.fmean(s.mc for s in at), statistics.fmean(s.critic for s in at))
+    return {"live": len(live), "critic": ratio([s.critic for s in live]), "levels_model": ratio(levels_model(live)),
+            "floor": statistics.fmean(s.floor for s in live) / constant, "levels": levels}
+
+
+def table(runs: Sequence[Path], scores: Sequence[dict]) -> str:
+    lines = ["| run | live states | critic | levels model | perfect critic |", "|---|---|---|---|---|"]
+    for run, s in zip(runs, scores):
+        if "critic" in s:
+            lines.append(f"| {run.name} | {s['live']} | {s['critic']:.2f} | {s['levels_model']:.2f} | {s['floor']:.2f} |")
+        else:
+            lines.append(f"| {run.name} | {s['live']} | - | - | - |")
+    lines += ["", "Per milestones left (live states): n, Monte-Carlo mean, critic mean.", "",
+              "| run | " + " | ".join(f"{k} left" for k in _all_levels(scores)) + " |",
+              "|---|" + "---|" * len(_all_levels(scores))]
+    for run, s in zip(runs, scores):
+        cells = [_level_cell(s.get("levels", {}).get(k)) for k in _all_levels(scores)]
+        lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
+    return "MAE / constant on the live states (Monte-Carlo value above 0). Runs: " + ", ".join(map(str, runs)) + \
+        "\n\n" + "\n".join(lines) + "\n"
+
+
+def _level_cell(level: tuple[int, float, float] | None) -> str:
+    return "-" if level is None else f"{level[0]}: {level[1]:.2f} / {level[2]:.2f}"
+
+
+def _all_levels(scores: Sequence[dict]) -> list[int]:
+    return sorted({k for s in scores for k in s.get("levels", {})})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="finished TEMPO run folders with mc_critic/ inside")
+    parser.add_argument("--out", type=Path, help="also write the tables to this markdown file")
+    args = parser.parse_args()
+    for run in args.runs:
+        missing = [p for p in ("mc_critic/summary.json", "mc_critic/states.json", "mc_critic/cache.jsonl")
+                   if not (run / p).is_file()]  # summary.json: the measurement finished
+        if missing:
+            raise SystemExit(f"{run}: no {missing[0]}; run analysis/mc_critic on it first (bench/horizon.py --calibrate)")
+    scores = [score(measured_states(run)) for run in args.runs]
+    text = table(args.runs, scores)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

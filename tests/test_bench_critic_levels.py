@@ -1,0 +1,58 @@
+"""bench/critic_levels.py: the final critic per number of milestones left, against Monte Carlo."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tempo_plugin.envs import eval_env_factory
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_critic_levels", ROOT / "bench" / "critic_levels.py")
+levels = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = levels  # its dataclass looks its module up while the module loads
+_spec.loader.exec_module(levels)
+
+M = levels.Measured
+
+
+def test_levels_model_leaves_each_state_out_by_hand():
+    live = [M(1, 1.0, 0.65, 0.05), M(1, 0.8, 0.65, 0.05), M(3, 0.5, 0.65, 0.05), M(5, 0.3, 0.65, 0.05)]
+    # the two states 1 left value each other; a state alone at its level takes the other live states' mean
+    assert levels.levels_model(live) == pytest.approx([0.8, 1.0, (1.0 + 0.8 + 0.3) / 3, (1.0 + 0.8 + 0.5) / 3])
+
+
+def test_score_on_the_live_states_by_hand():
+    rows = [M(1, 1.0, 0.65, 0.05), M(1, 0.8, 0.65, 0.05), M(3, 0.5, 0.65, 0.05), M(5, 0.3, 0.65, 0.05),
+            M(8, 0.0, 0.9, 0.01)]  # a lost state: left out of every number
+    got = levels.score(rows)
+    # live mean 0.65, constant MAE mean(.35, .15, .15, .35) = .25; the critic says .65 everywhere: 1.0
+    assert got["live"] == 4 and got["critic"] == pytest.approx(1.0)
+    # the levels model: |.8 - 1| + |1 - .8| + |.7 - .5| + |.7667 - .3| = 1.0667 over 4, / .25
+    assert got["levels_model"] == pytest.approx((0.2 + 0.2 + 0.2 + (2.3 / 3 - 0.3)) / 4 / 0.25)
+    assert got["floor"] == pytest.approx(0.2)  # .05 / .25
+    assert got["levels"] == {1: (2, pytest.approx(0.9), 0.65), 3: (1, 0.5, 0.65), 5: (1, 0.3, 0.65)}
+    text = levels.table([Path("run")], [got])
+    assert "| run | 4 | 1.00 | 1.07 | 0.20 |" in text and "| run | 2: 0.90 / 0.65 | 1: 0.50 / 0.65 | 1: 0.30 / 0.65 |" in text
+    assert levels.score([M(1, 0.5, 0.5, 0.1)]) == {"live": 1}  # too few live states to score
+
+
+def test_milestones_left_replays_a_game():
+    make_env = eval_env_factory("vaults", 40, vaults=2)
+    env = make_env()
+    env.reset(7)
+    right, wrong = env.vault.correct, next(k for k in env.vault.keys if k != env.vault.correct)
+    start = {"env_seed": 7, "action_history": []}
+    assert levels.milestones_left(make_env, start) == (4, True)  # two vaults: key and door each
+    assert levels.milestones_left(make_env, {**start, "action_history": [f"take {right}"]}) == (3, True)
+    assert levels.milestones_left(make_env, {**start, "action_history": [f"take {wrong}"]}) == (4, False)
+
+
+def test_bad_runs_are_one_line(tmp_path, monkeypatch):
+    (tmp_path / "run" / "mc_critic").mkdir(parents=True)
+    (tmp_path / "run" / "mc_critic" / "states.json").write_text(json.dumps({"states": []}))
+    monkeypatch.setattr(sys, "argv", ["critic_levels.py", str(tmp_path / "run")])
+    with pytest.raises(SystemExit, match="no mc_critic/summary.json; run analysis/mc_critic on it first"):
+        levels.main()
