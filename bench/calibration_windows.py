@@ -21,14 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 import yaml
 
-from tempo_plugin.algorithms.tempo import CALIBRATION_PRIOR, Calibration, _logit, _sigmoid, fit_calibration
-from tempo_plugin.metrics import VALUE_PAIRS_FILE
-from tempo_plugin.updates.tempo import AUDITS_KEPT
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from analysis.mc_critic.cache import measured_values  # noqa: E402
+from tempo_plugin.algorithms.tempo import CALIBRATION_PRIOR, Calibration, _logit, _sigmoid, fit_calibration  # noqa: E402
+from tempo_plugin.metrics import VALUE_PAIRS_FILE  # noqa: E402
+from tempo_plugin.updates.tempo import AUDITS_KEPT  # noqa: E402
 
 Audit = tuple[float, float, int]
 """(raw estimate, outcome, update) of one audit."""
@@ -46,17 +51,7 @@ def monte_carlo_states(run: Path) -> tuple[list[float], list[float]]:
     """(raw critic value, Monte-Carlo value) of every measured state the critic answered."""
     folder = run / "mc_critic"
     ids = [s["id"] for s in json.loads((folder / "states.json").read_text())["states"]]
-    mc: dict[str, float] = {}
-    raw: dict[str, float] = {}
-    first_key: dict[str, str] = {}  # a cache can hold lines of later reruns with other settings: keep the first
-    for line in (folder / "cache.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if first_key.setdefault(record["kind"], record["key"]) != record["key"]:
-            continue
-        if record["kind"] == "mc" and record["result"].get("wins") is not None:
-            mc[record["id"]] = record["result"]["wins"]
-        elif record["kind"] == "critic:generative" and record["result"] and record["result"].get("value") is not None:
-            raw[record["id"]] = record["result"]["value"]
+    mc, raw = measured_values(folder / "cache.jsonl")
     kept = [i for i in ids if i in mc and i in raw]
     return [raw[i] for i in kept], [mc[i] for i in kept]
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))
 
+from analysis.mc_critic.cache import measured_values  # noqa: E402
 from analysis.mc_critic.metrics import perfect_critic_deviations  # noqa: E402
 from tempo_plugin.config import TempoConfig  # noqa: E402
 from tempo_plugin.embedded.run_folder import checkpoint_calibration  # noqa: E402
@@ -52,23 +52,6 @@ class Measured:
     mc: float
     critic: float
     floor: float
-
-
-def cached_values(folder: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """(Monte-Carlo value, raw critic value) per state id, from the first settings in ``cache.jsonl``
-    (a later rerun with other settings may have appended lines of its own)."""
-    mc: dict[str, float] = {}
-    raw: dict[str, float] = {}
-    first_key: dict[str, str] = {}
-    for line in (folder / "cache.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if first_key.setdefault(record["kind"], record["key"]) != record["key"]:
-            continue
-        if record["kind"] == "mc" and record["result"].get("wins") is not None:
-            mc[record["id"]] = record["result"]["wins"]
-        elif record["kind"] == "critic:generative" and record["result"] and record["result"].get("value") is not None:
-            raw[record["id"]] = record["result"]["value"]
-    return mc, raw
 
 
 def milestones_left(make_env, macro: dict) -> tuple[int, bool]:
@@ -90,7 +73,7 @@ def measured_states(run: Path) -> list[Measured]:
                          "this breakdown needs one that has (--env vaults or chain)")
     calibration = checkpoint_calibration(ref.model_dir, cfg)
     folder = run / "mc_critic"
-    mc, raw = cached_values(folder)
+    mc, raw = measured_values(folder / "cache.jsonl")
     states = [s for s in json.loads((folder / "states.json").read_text())["states"] if s["id"] in mc and s["id"] in raw]
     floor = perfect_critic_deviations([mc[s["id"]] for s in states], MC_SAMPLES)
     rows = []

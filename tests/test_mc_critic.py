@@ -15,7 +15,7 @@ from tempo_plugin.rollout.sampler import Completion, SamplingParams
 from tempo_plugin.states.restore import restore_env
 
 from analysis.mc_critic import cli, ground_truth
-from analysis.mc_critic.cache import ResultCache, settings_key, weights_identity
+from analysis.mc_critic.cache import ResultCache, measured_values, settings_key, weights_identity
 from analysis.mc_critic.states import State, action_children, force_action, macro_id, restored_env
 
 GAME = 2_000_000_003
@@ -174,6 +174,12 @@ def test_result_cache_round_trip_and_truncated_line(tmp_path):
     again.put("mc", key, "a2", {"wins": 1.0})
     again.close()
     assert ResultCache(path).get("mc", key, "a2") == {"wins": 1.0}  # written on a fresh line
+    # a rerun with other settings appends its own lines: the offline studies read the first settings only
+    later = ResultCache(path)
+    later.put("mc", settings_key(samples=8, seed=0), "a1", {"wins": 0.0})
+    later.put("critic:generative", key, "a3", {"value": None})  # unanswered: left out
+    later.close()
+    assert measured_values(path) == ({"a1": 0.5, "a2": 1.0}, {"a1": 0.25})
 
 
 # -- end to end ------------------------------------------------------------------------------------------

@@ -38,6 +38,28 @@ def weights_identity(directory: str | Path) -> str:
     return digest.hexdigest()
 
 
+def measured_values(path: str | Path) -> tuple[dict[str, float], dict[str, float]]:
+    """(Monte-Carlo value, the generative critic's raw value) per state id in a cache file, each kind
+    under the first settings it was measured with (a later rerun with other settings appends lines
+    under its own key). For offline studies of a finished measurement (``bench/``)."""
+    mc: dict[str, float] = {}
+    raw: dict[str, float] = {}
+    first_key: dict[str, str] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+            kind, key, state_id, result = record["kind"], record["key"], record["id"], record["result"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by an interrupted write
+        if first_key.setdefault(kind, key) != key or not result:
+            continue
+        if kind == "mc" and result.get("wins") is not None:
+            mc[state_id] = result["wins"]
+        elif kind == "critic:generative" and result.get("value") is not None:
+            raw[state_id] = result["value"]
+    return mc, raw
+
+
 class ResultCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
