@@ -17,6 +17,12 @@ guess's on the live states:
 
 No model runs: the critic's values and the Monte-Carlo values come from the measurement's cache.
 
+``--simulate-audits M ...`` adds an idealised sample-size check (no critic): M audits drawn from the
+measured states with replacement, each one outcome drawn at the state's Monte-Carlo value, and a
+table of the mean outcome per count of milestones left (live audits only, shrunk towards their mean
+by SHRINK pseudo-audits), scored on the live states; the mean MAE / constant over DRAWS draws. Could
+M outcomes teach the levels, if a critic used them per level?
+
     .venv/bin/python bench/critic_levels.py bench/results/critic-live/v4/tempo-*-seed? [--out F.md]
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 from dataclasses import dataclass
@@ -40,6 +47,10 @@ from tempo_plugin.embedded.run_folder import checkpoint_calibration  # noqa: E40
 from tempo_plugin.envs import eval_env_factory  # noqa: E402
 from tempo_plugin.runs import resolve_run  # noqa: E402
 
+SHRINK = 2.0
+"""Pseudo-audits at the live audits' mean outcome added to every level of the simulated table."""
+DRAWS = 200
+"""Simulated audit sets per M."""
 MC_SAMPLES = 16
 """Continuations per state of ``bench/horizon.py --calibrate``'s measurement (``CALIBRATION``)."""
 
@@ -116,6 +127,35 @@ def score(rows: Sequence[Measured]) -> dict:
             "floor": statistics.fmean(s.floor for s in live) / constant, "levels": levels}
 
 
+def level_table(outcomes: Sequence[tuple[int, float]], shrink: float = SHRINK) -> tuple[dict[int, float], float]:
+    """(per level: (sum z + shrink zbar) / (n + shrink), zbar) from (milestones left, outcome) pairs."""
+    overall = statistics.fmean(z for _, z in outcomes)
+    table = {}
+    for left in {left for left, _ in outcomes}:
+        at = [z for lv, z in outcomes if lv == left]
+        table[left] = (sum(at) + shrink * overall) / (len(at) + shrink)
+    return table, overall
+
+
+def simulated_audits(rows: Sequence[Measured], audits: int, draws: int = DRAWS, seed: int = 0) -> float | None:
+    """The mean live-state MAE / constant of ``level_table`` fitted on ``audits`` simulated audits."""
+    live = [s for s in rows if s.mc > 0]
+    if len(live) < 2:
+        return None
+    mean_mc = statistics.fmean(s.mc for s in live)
+    constant = statistics.fmean(abs(s.mc - mean_mc) for s in live)
+    ratios = []
+    for draw in range(draws):
+        rng = random.Random(seed * 1_000_003 + draw)
+        picked = [rng.choice(rows) for _ in range(audits)]
+        outcomes = [(s.left, 1.0 if rng.random() < s.mc else 0.0) for s in picked if s.mc > 0]
+        if not outcomes:
+            continue
+        table, overall = level_table(outcomes)
+        ratios.append(statistics.fmean(abs(table.get(s.left, overall) - s.mc) for s in live) / constant)
+    return statistics.fmean(ratios) if ratios and constant > 0 else None
+
+
 def table(runs: Sequence[Path], scores: Sequence[dict]) -> str:
     lines = ["| run | live states | critic | levels model | perfect critic |", "|---|---|---|---|---|"]
     for run, s in zip(runs, scores):
@@ -133,6 +173,16 @@ def table(runs: Sequence[Path], scores: Sequence[dict]) -> str:
         "\n\n" + "\n".join(lines) + "\n"
 
 
+def simulation_table(runs: Sequence[Path], measured: Sequence[Sequence[Measured]], counts: Sequence[int]) -> str:
+    lines = ["", f"A table per milestones left fitted on M simulated audits (mean of {DRAWS} draws), MAE / constant "
+             "on the live states.", "", "| run | " + " | ".join(f"M = {m}" for m in counts) + " |",
+             "|---|" + "---|" * len(counts)]
+    for run, rows in zip(runs, measured):
+        cells = [simulated_audits(rows, m) for m in counts]
+        lines.append(f"| {run.name} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _level_cell(level: tuple[int, float, float] | None) -> str:
     return "-" if level is None else f"{level[0]}: {level[1]:.2f} / {level[2]:.2f}"
 
@@ -145,14 +195,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished TEMPO run folders with mc_critic/ inside")
     parser.add_argument("--out", type=Path, help="also write the tables to this markdown file")
+    parser.add_argument("--simulate-audits", type=int, nargs="*", default=[], metavar="M",
+                        help="also the idealised check: a per-level table fitted on M simulated audits")
     args = parser.parse_args()
+    if any(m < 1 for m in args.simulate_audits):
+        raise SystemExit(f"--simulate-audits takes audit counts of at least 1 (got {args.simulate_audits})")
     for run in args.runs:
         missing = [p for p in ("mc_critic/summary.json", "mc_critic/states.json", "mc_critic/cache.jsonl")
                    if not (run / p).is_file()]  # summary.json: the measurement finished
         if missing:
             raise SystemExit(f"{run}: no {missing[0]}; run analysis/mc_critic on it first (bench/horizon.py --calibrate)")
-    scores = [score(measured_states(run)) for run in args.runs]
+    measured = [measured_states(run) for run in args.runs]
+    scores = [score(rows) for rows in measured]
     text = table(args.runs, scores)
+    if args.simulate_audits:
+        text += simulation_table(args.runs, measured, args.simulate_audits)
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -56,3 +56,19 @@ def test_bad_runs_are_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["critic_levels.py", str(tmp_path / "run")])
     with pytest.raises(SystemExit, match="no mc_critic/summary.json; run analysis/mc_critic on it first"):
         levels.main()
+
+
+def test_level_table_shrinks_each_level_towards_the_mean_by_hand():
+    # live audits: level 1 won 2 of 2, level 5 won 0 of 2; mean 1/2; 2 pseudo-audits at 1/2 each
+    table, overall = levels.level_table([(1, 1.0), (1, 1.0), (5, 0.0), (5, 0.0)])
+    assert overall == 0.5 and table == {1: pytest.approx(3 / 4), 5: pytest.approx(1 / 4)}
+    assert levels.level_table([(1, 1.0), (5, 0.0)], shrink=0.0)[0] == {1: 1.0, 5: 0.0}
+
+
+def test_simulated_audits_approach_the_levels_of_monte_carlo():
+    rows = [M(1, 1.0, 0.5, 0.0)] * 4 + [M(3, 0.5, 0.5, 0.0)] * 4 + [M(8, 0.0, 0.5, 0.0)] * 2
+    # live mean .75, constant MAE .25; a table that knew both levels would make no error: 2,000 audits
+    # come within .025 of it, 8 audits (about 6 live ones) do not
+    many, few = levels.simulated_audits(rows, 2000, draws=5), levels.simulated_audits(rows, 8, draws=50)
+    assert many < 0.1 < few
+    assert levels.simulated_audits([M(1, 0.0, 0.5, 0.0)], 8) is None  # no live state
