@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analysis.mc_critic.cache import measured_values  # noqa: E402
-from analysis.mc_critic.metrics import perfect_critic_deviations  # noqa: E402
+from analysis.mc_critic.metrics import constant_mae, perfect_critic_deviations  # noqa: E402
 from tempo_plugin.config import TempoConfig  # noqa: E402
 from tempo_plugin.embedded.run_folder import checkpoint_calibration  # noqa: E402
 from tempo_plugin.envs import eval_env_factory  # noqa: E402
@@ -51,8 +51,6 @@ SHRINK = 2.0
 """Pseudo-audits at the live audits' mean outcome added to every level of the simulated table."""
 DRAWS = 200
 """Simulated audit sets per M."""
-MC_SAMPLES = 16
-"""Continuations per state of ``bench/horizon.py --calibrate``'s measurement (``CALIBRATION``)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +84,8 @@ def measured_states(run: Path) -> list[Measured]:
     folder = run / "mc_critic"
     mc, raw = measured_values(folder / "cache.jsonl")
     states = [s for s in json.loads((folder / "states.json").read_text())["states"] if s["id"] in mc and s["id"] in raw]
-    floor = perfect_critic_deviations([mc[s["id"]] for s in states], MC_SAMPLES)
+    samples = json.loads((folder / "summary.json").read_text())["settings"]["mc_samples"]
+    floor = perfect_critic_deviations([mc[s["id"]] for s in states], samples)
     rows = []
     for state, deviation in zip(states, floor if floor is not None else []):
         left, winnable = milestones_left(make_env, state["macro"])
@@ -108,15 +107,19 @@ def levels_model(live: Sequence[Measured]) -> list[float]:
     return out
 
 
+def live_states(rows: Sequence[Measured]) -> tuple[list[Measured], float | None]:
+    """The live states (Monte-Carlo value above 0) and the constant guess's MAE on them; None where
+    fewer than two or all alike leave nothing to score against."""
+    live = [s for s in rows if s.mc > 0]
+    constant = constant_mae([s.mc for s in live]) if len(live) >= 2 else None
+    return live, constant or None
+
+
 def score(rows: Sequence[Measured]) -> dict:
     """On the live states: MAE / constant of the critic, the levels model and a perfect critic, and per level
     (n, Monte-Carlo mean, critic mean)."""
-    live = [s for s in rows if s.mc > 0]
-    if len(live) < 2:
-        return {"live": len(live)}
-    mean_mc = statistics.fmean(s.mc for s in live)
-    constant = statistics.fmean(abs(s.mc - mean_mc) for s in live)
-    if constant == 0:
+    live, constant = live_states(rows)
+    if constant is None:
         return {"live": len(live)}
     ratio = lambda values: statistics.fmean(abs(v - s.mc) for v, s in zip(values, live)) / constant  # noqa: E731
     levels = {}
@@ -139,11 +142,9 @@ def level_table(outcomes: Sequence[tuple[int, float]], shrink: float = SHRINK) -
 
 def simulated_audits(rows: Sequence[Measured], audits: int, draws: int = DRAWS, seed: int = 0) -> float | None:
     """The mean live-state MAE / constant of ``level_table`` fitted on ``audits`` simulated audits."""
-    live = [s for s in rows if s.mc > 0]
-    if len(live) < 2:
+    live, constant = live_states(rows)
+    if constant is None:
         return None
-    mean_mc = statistics.fmean(s.mc for s in live)
-    constant = statistics.fmean(abs(s.mc - mean_mc) for s in live)
     ratios = []
     for draw in range(draws):
         rng = random.Random(seed * 1_000_003 + draw)
@@ -153,7 +154,7 @@ def simulated_audits(rows: Sequence[Measured], audits: int, draws: int = DRAWS, 
             continue
         table, overall = level_table(outcomes)
         ratios.append(statistics.fmean(abs(table.get(s.left, overall) - s.mc) for s in live) / constant)
-    return statistics.fmean(ratios) if ratios and constant > 0 else None
+    return statistics.fmean(ratios) if ratios else None
 
 
 def table(runs: Sequence[Path], scores: Sequence[dict]) -> str:

@@ -72,3 +72,4 @@ def test_simulated_audits_approach_the_levels_of_monte_carlo():
     many, few = levels.simulated_audits(rows, 2000, draws=5), levels.simulated_audits(rows, 8, draws=50)
     assert many < 0.1 < few
     assert levels.simulated_audits([M(1, 0.0, 0.5, 0.0)], 8) is None  # no live state
+    assert levels.simulated_audits([M(1, 0.5, 0.5, 0.0)] * 3, 8) is None  # live states all alike: no constant to beat

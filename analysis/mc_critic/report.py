@@ -122,6 +122,7 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
     measured = [s for s in base if _mc(s, mc) is not None]
     targets = [_mc(s, mc) for s in measured]
     groups = _action_groups(children, mc)
+    floor = m.perfect_critic_deviations(targets, mc_samples)  # per state: what a perfect critic would be off by
     summary: dict[str, Any] = {
         "states": len(base),
         "states_measured": len(measured),
@@ -131,14 +132,13 @@ def summarize(base: Sequence[State], children: Sequence[State], mc: dict[str, di
         # what even a perfect critic shows against M-sample MC values (RMSE, expected MAE), and a constant guess's MAE
         "mc_noise_rmse": m.mc_standard_error(targets, mc_samples),
         "constant_baseline_mae": m.constant_mae(targets),
-        "perfect_critic_mae": m.perfect_critic_mae(targets, mc_samples),
+        "perfect_critic_mae": float(floor.mean()) if floor is not None else None,
         "action_states": len(groups),
         "action_candidates_mean": float(np.mean([len(g) for g in groups.values()])) if groups else None,
         "action_mc_spread_mean": float(np.mean([max(_mc(c, mc) for c in g) - min(_mc(c, mc) for c in g)
                                                 for g in groups.values()])) if groups else None,
         "critics": {},
     }
-    floor = m.perfect_critic_deviations(targets, mc_samples)
     floor_of = {s.id: float(d) for s, d in zip(measured, floor)} if floor is not None else {}
     for name, values in critics.items():
         rows = [(s, _value(s, values), _mc(s, mc)) for s in measured]
