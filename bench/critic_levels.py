@@ -44,7 +44,7 @@ from analysis.mc_critic.cache import measured_values  # noqa: E402
 from analysis.mc_critic.metrics import constant_mae, perfect_critic_deviations  # noqa: E402
 from tempo_plugin.config import TempoConfig  # noqa: E402
 from tempo_plugin.embedded.run_folder import checkpoint_calibration  # noqa: E402
-from tempo_plugin.envs import eval_env_factory  # noqa: E402
+from tempo_plugin.envs import base, eval_env_factory  # noqa: E402
 from tempo_plugin.runs import resolve_run  # noqa: E402
 
 SHRINK = 2.0
@@ -69,7 +69,7 @@ def milestones_left(make_env, macro: dict) -> tuple[int, bool]:
     env.reset(macro["env_seed"])
     for action in macro["action_history"]:
         env.step(action)
-    return env.stage_count - env.stages_completed(), env.winnable()
+    return base.milestones_left(env), env.winnable()
 
 
 def measured_states(run: Path) -> list[Measured]:
@@ -77,7 +77,7 @@ def measured_states(run: Path) -> list[Measured]:
     cfg = ref.config or TempoConfig()
     make_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults, cfg.eval_split)
     probe = make_env()
-    if not hasattr(probe, "stages_completed"):
+    if not base.has_stages(probe):
         raise SystemExit(f"{run}: environment {cfg.env!r} has no milestones (stages_completed); "
                          "this breakdown needs one that has (--env vaults or chain)")
     calibration = checkpoint_calibration(ref.model_dir, cfg)
@@ -92,7 +92,7 @@ def measured_states(run: Path) -> list[Measured]:
         if mc[state["id"]] > 0 and not winnable:
             raise SystemExit(f"{run}: state {state['id']} replays as lost but won {mc[state['id']]:.2f} of its "
                              "continuations; its game or actions do not match the measurement")
-        rows.append(Measured(left, mc[state["id"]], calibration(raw[state["id"]]), float(deviation)))
+        rows.append(Measured(left, mc[state["id"]], calibration(raw[state["id"]], left), float(deviation)))
     return rows
 
 

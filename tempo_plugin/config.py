@@ -116,8 +116,10 @@ class TempoConfig:
                 "beats the constant guess (their mean); otherwise those endpoints take the audits' mean"})
     critic_calibration: str = field(default="platt", metadata={
         "help": "with audits: platt passes every critic value through sigmoid(a logit(V) + b), fitted on the recent "
-                "audits' outcomes (a = 0: the audits' rate; b: the critic's shift); none: the critic's values as they are",
-        "choices": ("platt", "none")})
+                "audits' outcomes (a = 0: the audits' rate; b: the critic's shift); levels: platt with one more intercept "
+                "per count of the environment's milestones left at the state (environments with stages, as for "
+                "Temporal GRPO); none: the critic's values as they are",
+        "choices": ("platt", "levels", "none")})
     audit_boundaries: bool = field(default=False, metadata={
         "help": "with audits: the states each audit branch passes at its macro-step boundaries (the current policy's "
                 "own states, no extra environment steps) also audit the critic, and train it towards that audit's outcome"})

@@ -1,4 +1,4 @@
-"""The critic's calibration map (--critic-calibration platt, ``algorithms.tempo.fit_calibration``):
+"""The critic's calibration map (--critic-calibration platt and levels, ``algorithms.tempo.fit_calibration``):
 the fit against cases whose optimum is known, the audit window's prequential scores, the map in a
 TD update's endpoint values, and a checkpoint's map as analysis/mc_critic reads it."""
 
@@ -11,11 +11,13 @@ import pytest
 
 from tempo_plugin.algorithms.tempo import CALIBRATION_SLOPE_MAX, Calibration, fit_calibration
 from tempo_plugin.config import ConfigError, TempoConfig
+from tempo_plugin.envs.chain import VaultChainEnv
 from tempo_plugin.updates.tempo import AUDITS_MIN, AuditWindow
 
-from tests.test_start_states import Games, config, waiting_rollout
+from tests.test_start_states import T, Games, config, waiting_rollout
 
 TINY_PRIOR = 1e-9  # the unpenalised maximum-likelihood fit, to compare with its closed form
+LEFT = 6  # milestones left in a waiting game of the 3-vault chain: 2 per vault, none reached
 
 
 def sigmoid(t: float) -> float:
@@ -118,17 +120,17 @@ def test_the_window_scores_each_audit_with_the_map_it_was_valued_with():
     assert window.calibration(TempoConfig(audit_weight=1.0, critic_calibration="none")) == Calibration()
     # rows valued with the map in use: the gate scores their calibrated column, not the raw one
     window.add([(0.2, 1.0), (0.2, 0.0)], Calibration(0.0, 0.0))
-    assert window.rows[-2:] == [(0.2, 0.5, 1.0), (0.2, 0.5, 0.0)]
+    assert window.rows[-2:] == [(0.2, 0.5, 1.0, None), (0.2, 0.5, 0.0, None)]
     gate = window.gate(cfg)
     # 16 rows scored 0.2 (half won: (0.64 + 0.04) / 2 = 0.34 each) and 2 scored 0.5 (0.25 each)
     assert gate.scores.critic == pytest.approx((16 * 0.34 + 2 * 0.25) / 18)
     assert gate.scores.constant == pytest.approx(0.25) and not gate.ready
 
 
-def test_a_checkpoint_from_before_calibration_restores_its_pairs():
+def test_a_checkpoint_from_before_calibration_or_levels_restores_its_pairs():
     window = AuditWindow()
-    window.restore([[0.3, 1.0], [0.6, 0.7, 0.0]])
-    assert window.rows == [(0.3, 0.3, 1.0), (0.6, 0.7, 0.0)]
+    window.restore([[0.3, 1.0], [0.6, 0.7, 0.0], [0.4, 0.5, 1.0, 3], [0.4, 0.5, 1.0, None]])
+    assert window.rows == [(0.3, 0.3, 1.0, None), (0.6, 0.7, 0.0, None), (0.4, 0.5, 1.0, 3), (0.4, 0.5, 1.0, None)]
 
 
 def test_td_endpoints_are_valued_through_the_map(tokenizer, protocol):
@@ -144,7 +146,7 @@ def test_td_endpoints_are_valued_through_the_map(tokenizer, protocol):
         pytest.approx((1.0, math.log(3)))
     # each start state's audit waited until the game's end and lost; the window keeps the raw 0.5
     # estimate and the 0.75 it was valued with
-    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0)] * 4
+    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT)] * 4
     # without the map the same update values every endpoint 0.5
     plain, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0, readiness_gate=False,
                                                            max_episode_steps=10, critic_calibration="none"))
@@ -188,7 +190,7 @@ def test_audit_boundaries_audit_and_train_the_critic_on_the_states_an_audit_pass
     assert valued[-1] == [(game, 5, 1) for game in (100, 101, 102, 103)]
     assert batch.metrics["audit/boundary_states"] == 4.0
     estimates = [0.55, 0.35, 0.70, 0.55] + [0.35, 0.70, 0.55, 0.35]
-    assert rollout.audits.rows == [(pytest.approx(e), pytest.approx(e), 0.0) for e in estimates]
+    assert rollout.audits.rows == [(pytest.approx(e), pytest.approx(e), 0.0, LEFT) for e in estimates]
     # the passed states' two critic samples each are trained too (towards 0): 8 samples beside the
     # start states' 8; no extra environment step
     assert batch.metrics["train/critic_samples"] == 16.0
@@ -196,3 +198,87 @@ def test_audit_boundaries_audit_and_train_the_critic_on_the_states_an_audit_pass
     without = plain.td_update(0, [], Games())
     assert without.metrics["train/critic_samples"] == 8.0 and len(plain.audits.rows) == 4
     assert without.metrics["rollout/rounds"] == batch.metrics["rollout/rounds"] == 4 * 2 * 5 + 4 * 10
+
+
+# ------------------------------------------------------------------- --critic-calibration levels
+
+
+def test_a_critic_that_does_not_value_progress_gets_it_from_the_levels():
+    """The critic answers 0.5 at every state (logit 0: its slope multiplies nothing); audits at 1
+    milestone left win 8 of 10, at 3 left 2 of 10. Unpenalised, b + c_L is the logit of each level's
+    rate; the symmetric rates put b at 0, so c_1 = log 4 = -c_3, and a level no audit has keeps b."""
+    pairs = states(0.5, 0.8) + states(0.5, 0.2)
+    fit = fit_calibration(pairs, prior=TINY_PRIOR, levels=[1] * 10 + [3] * 10, level_prior=TINY_PRIOR)
+    assert dict(fit.levels) == pytest.approx({1: math.log(4), 3: -math.log(4)}, abs=1e-6)
+    assert fit.b == pytest.approx(0.0, abs=1e-6)
+    assert (fit(0.5, 1), fit(0.5, 3)) == pytest.approx((0.8, 0.2), abs=1e-6)
+    assert fit(0.5, 5) == fit(0.5) == pytest.approx(0.5, abs=1e-6)
+    plain = fit_calibration(pairs, prior=TINY_PRIOR)  # platt: one rate for all, 1/2
+    assert plain.levels == () and plain(0.5) == pytest.approx(0.5, abs=1e-6)
+
+
+def test_the_level_prior_shrinks_each_intercept_towards_the_shared_one():
+    """With rho_L = 1 the intercepts are pulled towards 0: at c_1 the penalised stationarity
+    sum_i (p - z_i) + rho_L c_1 = 0, i.e. 10 sigmoid(c_1) - 8 + c_1 = 0 (b = 0 by symmetry)."""
+    pairs = states(0.5, 0.8) + states(0.5, 0.2)
+    fit = fit_calibration(pairs, prior=TINY_PRIOR, levels=[1] * 10 + [3] * 10, level_prior=1.0)
+    c1 = dict(fit.levels)[1]
+    assert 10 * sigmoid(c1) - 8 + c1 == pytest.approx(0.0, abs=1e-9)
+    assert 0 < c1 < math.log(4) and dict(fit.levels)[3] == pytest.approx(-c1, abs=1e-9)
+
+
+def test_levels_keep_the_slope_that_tells_lost_from_open():
+    """At each level the critic gives 0.1 to states that lose and 0.9 to states that win 3 in 4:
+    the slope must carry that, the levels only their mix. Unknown levels are left out of the c's."""
+    lost = states(0.1, 0.0, 8)
+    pairs = lost + states(0.9, 0.75, 8) + lost + states(0.9, 0.75, 8)
+    levels = [1] * 16 + [None] * 16
+    fit = fit_calibration(pairs, levels=levels)
+    assert [lv for lv, _ in fit.levels] == [1]
+    assert fit(0.1, 1) < 0.1 and fit(0.9, 1) > 0.5 and fit.a > 1.0
+
+
+def test_fit_calibration_refuses_levels_that_do_not_match_the_pairs():
+    with pytest.raises(ValueError, match="2 levels for 1 pairs"):
+        fit_calibration([(0.5, 1.0)], levels=[1, 2])
+    with pytest.raises(ValueError, match="positive priors"):
+        fit_calibration([(0.5, 1.0)], levels=[1], level_prior=0.0)
+
+
+def test_the_window_fits_levels_only_under_the_levels_setting():
+    window = AuditWindow()
+    window.add(states(0.5, 0.8, AUDITS_MIN), Calibration(), [1] * AUDITS_MIN)
+    window.add(states(0.5, 0.2, AUDITS_MIN), Calibration(), [3] * AUDITS_MIN)
+    levels = window.calibration(TempoConfig(audit_weight=1.0, critic_calibration="levels"))
+    assert levels == fit_calibration([(e, z) for e, _, z, _ in window.rows], levels=[1] * 16 + [3] * 16)
+    assert levels(0.5, 1) > 0.7 and levels(0.5, 3) < 0.3
+    assert window.calibration(TempoConfig(audit_weight=1.0)).levels == ()  # platt ignores them
+    with pytest.raises(ValueError):
+        window.add([(0.5, 1.0)], Calibration(), [1, 2])
+
+
+def test_td_endpoints_and_audits_carry_their_levels(tokenizer, protocol):
+    """Waiting actors never take a key: every endpoint and start state has all 6 milestones left,
+    so a map with c_6 = log 3 (a = 1, b = 0) values each 0.5 endpoint sigmoid(log 3) = 0.75."""
+    cfg = config(audit_weight=1.0, readiness_gate=False, max_episode_steps=10, critic_calibration="levels")
+    rollout, _ = waiting_rollout(tokenizer, protocol, cfg)
+    rollout.sampler.critic_texts = ["<value>0.50</value>"]
+    rollout.audits.calibration = lambda _cfg: Calibration(1.0, 0.0, ((LEFT, math.log(3)), (LEFT - 1, -5.0)))
+    batch = rollout.td_update(0, [], Games())
+    assert batch.metrics["critic/endpoint_value_mean"] == pytest.approx(0.75)
+    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT)] * 4
+
+
+def test_levels_refuse_an_environment_without_milestones(tokenizer, protocol):
+    class NoMilestones(VaultChainEnv):
+        @property
+        def stage_count(self) -> int:  # hasattr() is then False: the environment reports no milestones
+            raise AttributeError("stage_count")
+
+    cfg = config(audit_weight=1.0, critic_calibration="levels")
+    rollout, _ = waiting_rollout(tokenizer, protocol, cfg, make_env=lambda: NoMilestones(max_steps=T))
+    with pytest.raises(ConfigError, match="critic-calibration levels: --env .* reports no milestones"):
+        rollout.td_update(0, [], Games())
+    platt, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0), make_env=lambda: NoMilestones(max_steps=T))
+    platt.td_update(0, [], Games())
+    assert {lv for *_, lv in platt.audits.rows} == {None}

@@ -337,7 +337,8 @@ def run(args: argparse.Namespace) -> dict:
     calibration = checkpoint_calibration(ref.model_dir, cfg) if multi_turn and ref.config is not None else Calibration()
     if calibration != Calibration():  # the run values states through its calibration map: measure that, and the raw critic beside it
         raw = values["generative"]
-        values = {"generative": {i: calibrated(r, calibration) for i, r in raw.items()},
+        level = {s.id: s.macro.milestones_left if s.macro is not None else None for s in measured}
+        values = {"generative": {i: calibrated(r, calibration, level[i]) for i, r in raw.items()},
                   UNCALIBRATED: raw, **{n: v for n, v in values.items() if n != "generative"}}
     summary = report.summarize(base, children, mc, values, args.mc_samples)
     seconds = time.perf_counter() - tic
@@ -348,7 +349,8 @@ def run(args: argparse.Namespace) -> dict:
                      "candidate_actions": args.candidate_actions, "action_states": args.action_states,
                      "critic_models": [str(r.model_dir) for r in critic_refs], "seed": args.seed, "rows": args.rows},
         "wall_seconds": round(seconds, 1),
-        "calibration": {"slope": calibration.a, "intercept": calibration.b},
+        "calibration": {"slope": calibration.a, "intercept": calibration.b,
+                        **({"level_intercepts": dict(calibration.levels)} if calibration.levels else {})},
         **summary,
     }
     summary["plots"] = report.plot_all(summary, base, children, mc, values, out, position_label)
@@ -361,11 +363,12 @@ def run(args: argparse.Namespace) -> dict:
     return summary
 
 
-def calibrated(result: dict | None, calibration: Calibration) -> dict | None:
-    """A generative critic's cached result with its value through the run's calibration map."""
+def calibrated(result: dict | None, calibration: Calibration, level: int | None = None) -> dict | None:
+    """A generative critic's cached result with its value through the run's calibration map, at a
+    state with ``level`` milestones left."""
     if result is None or result.get("value") is None:
         return result
-    return {**result, "value": calibration(result["value"])}
+    return {**result, "value": calibration(result["value"], level)}
 
 
 def _cached_states(path: Path, key: str) -> list | None:

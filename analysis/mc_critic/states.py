@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from tempo_plugin.envs.base import Env
+from tempo_plugin.envs.base import Env, milestones_left
 from tempo_plugin.rollout.engine import Branch, RoundRecord
 from tempo_plugin.rollout.games import sub_seed
 from tempo_plugin.rollout.protocol import INVALID_ACTION, ChatProtocol, format_action, parse_action
@@ -114,7 +114,7 @@ def force_action(state: MacroState, action: str, make_env: Callable[[], Env], pr
         done=result.done, won=result.won, parsed=parsed != INVALID_ACTION,
         admissible=bool(result.info.get("admissible", parsed != INVALID_ACTION)), prompt_length=len(next_tokens),
         logprob_sum=0.0, privileged_info=env.privileged_info(),
-        snapshot=env.snapshot() if env.supports_snapshot else None,
+        snapshot=env.snapshot() if env.supports_snapshot else None, milestones_left=milestones_left(env),
     )
     branch.tokens = next_tokens
     branch.rounds.append(record)

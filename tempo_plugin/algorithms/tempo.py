@@ -74,11 +74,21 @@ value's logit):
     (a, b) = argmin_{a, b}  -sum_i [z_i log V_cal(e_i) + (1 - z_i) log(1 - V_cal(e_i))]
                             + (rho / 2) ((a - 1)^2 + b^2)
 
-then a is clipped to [0, a_max] and b refitted at that a. a = 0 is the constant guess sigmoid(b),
+then a is clipped to [0, a_max] and the rest refitted at that a. a = 0 is the constant guess sigmoid(b),
 so a critic that cannot tell states apart falls back to the audits' rate, and b removes a shift
 of the whole critic (its outcomes lagging an improving actor). The gate then scores the calibrated
 estimate each audit got from the map of the audits before it (prequential), never a map fitted
 on that audit's own outcome.
+
+With ``--critic-calibration levels`` the map also has one intercept per level L, the count of the
+environment's milestones left at the state (Temporal GRPO's stages; audit i's start state has L_i):
+
+    V_cal = sigmoid(a logit(V) + b + c_L)    c_L = 0 for a level none of the audits has
+    (a, b, c) = argmin  -sum_i [z_i log V_cal(e_i, L_i) + (1 - z_i) log(1 - V_cal(e_i, L_i))]
+                        + (rho / 2) ((a - 1)^2 + b^2) + (rho_L / 2) sum_L c_L^2
+
+so progress the critic does not value (a held key, an opened vault) is valued by the audits'
+outcomes at that level, and what it does tell apart (a lost game) keeps its slope a.
 
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
@@ -90,6 +100,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 from tempo_plugin.algorithms.stats import population_std
 
@@ -226,71 +238,87 @@ def brier_scores(pairs: Sequence[tuple[float, float]]) -> BrierScores:
 
 
 CALIBRATION_PRIOR = 1.0  # rho: pulls (a, b) towards the identity map (1, 0), as one pseudo-audit would
+CALIBRATION_LEVEL_PRIOR = 0.5  # rho_L: pulls each c_L towards 0, about as much as 2 audits at a rate of 1/2 would
 CALIBRATION_SLOPE_MAX = 4.0  # a_max: a window the critic separates perfectly would send a to infinity
 CALIBRATION_VALUE_MIN = 0.01  # v_min: the smallest value step of the critic's answers (0.00..1.00)
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The map V -> sigmoid(a logit(V) + b); the identity (a = 1, b = 0) returns V unchanged."""
+    """The map V -> sigmoid(a logit(V) + b + c_L) at a state with L milestones left; the identity
+    (a = 1, b = 0, no c) returns V unchanged. A level without an intercept (unknown, or not among
+    the audits the map was fitted on) has c_L = 0."""
 
     a: float = 1.0
     b: float = 0.0
+    levels: tuple[tuple[int, float], ...] = ()  # (L, c_L), --critic-calibration levels
 
-    def __call__(self, value: float) -> float:
-        if self.a == 1.0 and self.b == 0.0:
+    def __call__(self, value: float, level: int | None = None) -> float:
+        c = dict(self.levels).get(level, 0.0) if level is not None else 0.0
+        if self.a == 1.0 and self.b == 0.0 and c == 0.0:
             return value
-        return _sigmoid(self.a * _logit(value) + self.b)
+        return _sigmoid(self.a * _logit(value) + self.b + c)
 
 
-def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRATION_PRIOR) -> Calibration:
+def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRATION_PRIOR,
+                    levels: Sequence[int | None] | None = None,
+                    level_prior: float = CALIBRATION_LEVEL_PRIOR) -> Calibration:
     """(a, b) of the docstring's penalised logistic regression on (estimate e_i, outcome z_i) pairs
-    (outcomes in [0, 1]), by Newton's method with step halving: the penalty keeps the problem
-    strictly convex, and halving a step until the objective falls keeps Newton from overshooting
-    (estimates at the floor, logit -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
+    (outcomes in [0, 1]); with ``levels`` (each pair's L_i, None where unknown) also one c_L per
+    level among them. By Newton's method with step halving: the penalty keeps the problem strictly
+    convex, and halving a step until the objective falls keeps Newton from overshooting (estimates
+    at the floor, logit -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
     if not pairs:
         raise ValueError("fit_calibration needs at least one (estimate, outcome) pair")
-    if prior <= 0:
-        raise ValueError(f"fit_calibration needs a positive prior (got {prior})")
-    xs = [_logit(e) for e, _ in pairs]
-    zs = [float(z) for _, z in pairs]
+    if prior <= 0 or level_prior <= 0:
+        raise ValueError(f"fit_calibration needs positive priors (got {prior}, {level_prior})")
+    if levels is not None and len(levels) != len(pairs):
+        raise ValueError(f"fit_calibration got {len(levels)} levels for {len(pairs)} pairs")
+    known = sorted({lv for lv in levels or () if lv is not None})
+    column = {lv: 2 + j for j, lv in enumerate(known)}
+    rows = np.zeros((len(pairs), 2 + len(known)))  # r_i: (logit e_i, 1, one-hot L_i)
+    rows[:, 0] = [_logit(e) for e, _ in pairs]
+    rows[:, 1] = 1.0
+    for i, lv in enumerate(levels or ()):
+        if lv is not None:
+            rows[i, column[lv]] = 1.0
+    zs = np.array([float(z) for _, z in pairs])
+    penalty = np.array([prior, prior] + [level_prior] * len(known))
+    centre = np.zeros(len(penalty))
+    centre[0] = 1.0  # the identity map
+    theta = _penalised_logistic(rows, zs, penalty, centre, centre.copy(), free=np.ones(len(penalty), bool))
+    if not 0.0 <= theta[0] <= CALIBRATION_SLOPE_MAX:  # the rest refitted at the clipped slope
+        theta[0] = min(max(theta[0], 0.0), CALIBRATION_SLOPE_MAX)
+        free = np.ones(len(penalty), bool)
+        free[0] = False
+        theta = _penalised_logistic(rows, zs, penalty, centre, theta, free)
+    return Calibration(float(theta[0]), float(theta[1]), tuple((lv, float(theta[column[lv]])) for lv in known))
 
-    def objective(a: float, b: float) -> float:
-        return prior * ((a - 1.0) ** 2 + b * b) / 2 + sum(_log1p_exp(a * x + b) - z * (a * x + b) for x, z in zip(xs, zs))
 
-    def descend(a: float, b: float, da: float, db: float) -> tuple[float, float]:
-        """(a, b) - t (da, db) for the largest t in 1, 1/2, 1/4, ... that lowers the objective."""
-        now, t = objective(a, b), 1.0
-        while t > 1e-12 and objective(a - t * da, b - t * db) > now + 1e-12 * abs(now):  # rounding is no rise
-            t /= 2
-        return a - t * da, b - t * db
+def _penalised_logistic(rows: np.ndarray, zs: np.ndarray, penalty: np.ndarray, centre: np.ndarray,
+                        theta: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """argmin over theta[free] of sum_i [log(1 + e^(r_i theta)) - z_i r_i theta]
+    + sum_j penalty_j (theta_j - centre_j)^2 / 2, from ``theta``, by damped Newton."""
 
-    a, b = 1.0, 0.0
+    def objective(t: np.ndarray) -> float:
+        s = rows @ t
+        return float(np.sum(np.logaddexp(0.0, s) - zs * s) + np.sum(penalty * (t - centre) ** 2) / 2)
+
+    theta = theta.astype(float)
+    sub = rows[:, free]
     for _ in range(100):
-        ga, gb = prior * (a - 1.0), prior * b
-        haa, hab, hbb = prior, 0.0, prior
-        for x, z in zip(xs, zs):
-            p = _sigmoid(a * x + b)
-            w = p * (1.0 - p)
-            ga += (p - z) * x
-            gb += p - z
-            haa += w * x * x
-            hab += w * x
-            hbb += w
-        det = haa * hbb - hab * hab
-        da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
-        if abs(da) + abs(db) < 1e-12:
+        p = 1.0 / (1.0 + np.exp(-(rows @ theta)))
+        grad = sub.T @ (p - zs) + (penalty * (theta - centre))[free]
+        hess = (sub * (p * (1.0 - p))[:, None]).T @ sub + np.diag(penalty[free])
+        step = np.zeros_like(theta)
+        step[free] = np.linalg.solve(hess, grad)
+        if np.sum(np.abs(step)) < 1e-12:
             break
-        a, b = descend(a, b, da, db)
-    if not 0.0 <= a <= CALIBRATION_SLOPE_MAX:
-        a = min(max(a, 0.0), CALIBRATION_SLOPE_MAX)
-        for _ in range(100):  # b alone at the clipped slope
-            ps = [_sigmoid(a * x + b) for x in xs]
-            db = (prior * b + sum(p - z for p, z in zip(ps, zs))) / (prior + sum(p * (1.0 - p) for p in ps))
-            if abs(db) < 1e-12:
-                break
-            a, b = descend(a, b, 0.0, db)
-    return Calibration(a, b)
+        now, t = objective(theta), 1.0
+        while t > 1e-12 and objective(theta - t * step) > now + 1e-12 * abs(now):  # rounding is no rise
+            t /= 2
+        theta = theta - t * step
+    return theta
 
 
 def _log1p_exp(t: float) -> float:

@@ -107,6 +107,12 @@ def has_stages(env: Any) -> bool:
     return hasattr(env, "stage_count") and callable(getattr(env, "stages_completed", None))
 
 
+def milestones_left(env: Any) -> int | None:
+    """``stage_count - stages_completed()`` in the environment's current state (None without
+    milestones): the level the ``--critic-calibration levels`` map gives each state its own intercept."""
+    return env.stage_count - env.stages_completed() if has_stages(env) else None
+
+
 NAVIGATION_VERBS = frozenset({"go", "look", "examine", "inventory"})
 """First words of the commands that move or look around without changing the world."""
 

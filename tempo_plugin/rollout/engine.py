@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from tempo_plugin.envs.base import Env
+from tempo_plugin.envs.base import Env, milestones_left
 from tempo_plugin.rollout.games import sub_seed
 from tempo_plugin.rollout.protocol import INVALID_ACTION, ChatProtocol, parse_action
 from tempo_plugin.rollout.sampler import Request, Sampler, SamplingParams
@@ -38,6 +38,7 @@ class RoundRecord:
     privileged_info: str | None  # None where no state was recorded (RolloutLimits.state_every)
     snapshot: Any
     stages_completed: int | None = None  # milestones reached after this round (RolloutLimits.stages)
+    milestones_left: int | None = None  # envs.base.milestones_left where a state was recorded, else None
 
 
 @dataclass
@@ -104,6 +105,7 @@ class Branch:
             policy_version=policy_version,
             assistant_spans=self.start.assistant_spans + trained_spans(self.loss_mask, len(self.start.token_prefix),
                                                                        last.prompt_length),
+            milestones_left=last.milestones_left,
         )
 
 
@@ -148,6 +150,7 @@ def fresh_state(env: Env, seed: int, protocol: ChatProtocol) -> MacroState:
         round_index=0,
         macro_index=0,
         snapshot=env.snapshot() if env.supports_snapshot else None,
+        milestones_left=milestones_left(env),
     )
 
 
@@ -202,8 +205,9 @@ def run_branches(
                 if (branch.start.round_index + len(branch.rounds) + 1) % limits.state_every == 0 and not result.done:
                     privileged_info = branch.env.privileged_info()
                     snapshot = branch.env.snapshot() if branch.env.supports_snapshot else None
+                    left = milestones_left(branch.env)
                 else:
-                    privileged_info, snapshot = None, None
+                    privileged_info, snapshot, left = None, None, None
                 stages = branch.env.stages_completed() if limits.stages else None
             except Exception as error:  # one broken environment must not end the update
                 branch.stop_reason, branch.error = ENV_ERROR, f"{type(error).__name__}: {error}"
@@ -229,6 +233,7 @@ def run_branches(
                 privileged_info=privileged_info,
                 snapshot=snapshot,
                 stages_completed=stages,
+                milestones_left=left,
             )
             branch.rounds.append(record)
             branch.stop_reason = _stop_reason(branch, record, limits)

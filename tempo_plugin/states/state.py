@@ -32,6 +32,7 @@ class MacroState:
     prefix_logprob_sum: float = 0.0
     policy_version: int = 0
     assistant_spans: tuple[tuple[int, int], ...] = ()
+    milestones_left: int | None = None  # envs.base.milestones_left here (None: the environment has no milestones)
 
     def message_dicts(self) -> list[dict[str, str]]:
         return [{"role": role, "content": content} for role, content in self.messages]

@@ -205,7 +205,13 @@ class CriticCalls(Play):
         """(mean parsed estimate, target) of each state that has a target and a parsed critic value;
         ``targets[i]`` is call i's value target, None where it has none (a dropped TD group)."""
         return [(mean([v for v in c.values if v is not None]), t) for c, t in zip(calls, targets, strict=True)
-                if t is not None and any(v is not None for v in c.values)]
+                if _paired(c, t)]
+
+    @staticmethod
+    def pair_levels(calls: Sequence[CriticCall], targets: Sequence[float | None],
+                    states: Sequence[MacroState]) -> list[int | None]:
+        """The milestones left at each state ``value_pairs(calls, targets)`` keeps, in its order."""
+        return [s.milestones_left for c, t, s in zip(calls, targets, states, strict=True) if _paired(c, t)]
 
     @staticmethod
     def _critic_metrics(calls: Sequence[CriticCall], targets: Sequence[float | None],
@@ -231,3 +237,8 @@ class CriticCalls(Play):
         if corr is not None:
             metrics["critic/value_corr"] = corr
         return metrics
+
+
+def _paired(call: CriticCall, target: float | None) -> bool:
+    """Whether a state has a (mean parsed estimate, target) pair: a target and a parsed value."""
+    return target is not None and any(v is not None for v in call.values)

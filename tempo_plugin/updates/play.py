@@ -66,6 +66,9 @@ class Play:
         env = self.envs.acquire(game)
         state = fresh_state(env, game, self.protocol)
         self.envs.release(env, game)
+        if state.milestones_left is None and self.cfg.critic_calibration == "levels":
+            raise ConfigError(f"--critic-calibration levels: --env {self.cfg.env} reports no milestones "
+                              f"(stage_count, stages_completed); use platt or {MILESTONES_HINT}")
         return state
 
     def _restore_group(self, state: MacroState, group: int, count: int | None = None) -> list[Branch]:

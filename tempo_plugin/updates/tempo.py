@@ -99,33 +99,42 @@ class Gate:
 @dataclass
 class AuditWindow:
     """The last AUDITS_KEPT audits of the critic: (estimate e_i, calibrated estimate, Monte-Carlo
-    outcome z_i), from TD audits, warm-up and refresh episodes. The calibrated estimate is the one
-    the map of the audits before it gave (``algorithms.tempo``: prequential). A resumed run gets
-    them back from its checkpoint (``Progress.audits``)."""
+    outcome z_i, milestones left L_i or None), from TD audits, warm-up and refresh episodes. The
+    calibrated estimate is the one the map of the audits before it gave (``algorithms.tempo``:
+    prequential). A resumed run gets them back from its checkpoint (``Progress.audits``)."""
 
-    rows: list[tuple[float, float, float]] = field(default_factory=list)
+    rows: list[tuple[float, float, float, int | None]] = field(default_factory=list)
 
-    def add(self, pairs: Sequence[tuple[float, float]], calibration: Calibration) -> None:
-        """(estimate, outcome) pairs, each scored with ``calibration``, the map they were valued with."""
-        self.rows = (self.rows + [(float(e), calibration(float(e)), float(z)) for e, z in pairs])[-AUDITS_KEPT:]
+    def add(self, pairs: Sequence[tuple[float, float]], calibration: Calibration,
+            levels: Sequence[int | None] | None = None) -> None:
+        """(estimate, outcome) pairs at states with ``levels`` milestones left (None: unknown), each
+        scored with ``calibration``, the map they were valued with."""
+        levels = [None] * len(pairs) if levels is None else levels
+        self.rows = (self.rows + [(float(e), calibration(float(e), lv), float(z), lv)
+                                  for (e, z), lv in zip(pairs, levels, strict=True)])[-AUDITS_KEPT:]
 
-    def restore(self, rows: Sequence[Sequence[float]]) -> None:
-        """Rows saved by a checkpoint; a checkpoint from before calibration saved (estimate, outcome)."""
-        self.rows = [(float(r[0]), float(r[0]), float(r[1])) if len(r) == 2 else (float(r[0]), float(r[1]), float(r[2]))
-                     for r in rows][-AUDITS_KEPT:]
+    def restore(self, rows: Sequence[Sequence[float | None]]) -> None:
+        """Rows saved by a checkpoint; one from before calibration saved (estimate, outcome), one
+        from before levels (estimate, calibrated, outcome)."""
+        def row(r: Sequence) -> tuple[float, float, float, int | None]:
+            if len(r) == 2:
+                return float(r[0]), float(r[0]), float(r[1]), None
+            return float(r[0]), float(r[1]), float(r[2]), None if len(r) == 3 or r[3] is None else int(r[3])
+        self.rows = [row(r) for r in rows][-AUDITS_KEPT:]
 
     def calibration(self, cfg: TempoConfig) -> Calibration:
-        """--critic-calibration platt: the map fitted on these audits once there are AUDITS_MIN of them;
-        the identity before, and with none."""
+        """--critic-calibration platt (levels): the map fitted on these audits (with their levels)
+        once there are AUDITS_MIN of them; the identity before, and with none."""
         if cfg.critic_calibration == "none" or len(self.rows) < AUDITS_MIN:
             return Calibration()
-        return fit_calibration([(e, z) for e, _, z in self.rows])
+        return fit_calibration([(e, z) for e, _, z, _ in self.rows],
+                               levels=[lv for *_, lv in self.rows] if cfg.critic_calibration == "levels" else None)
 
     def gate(self, cfg: TempoConfig) -> Gate:
         """Ready when --readiness-gate is off, or when the (calibrated) critic beats the constant
         guess on at least AUDITS_MIN recent audits."""
-        scores = brier_scores([(c, z) for _, c, z in self.rows]) if len(self.rows) >= AUDITS_MIN else None
-        base = scores.base_rate if scores else (mean([z for _, _, z in self.rows]) if self.rows else 0.0)
+        scores = brier_scores([(c, z) for _, c, z, _ in self.rows]) if len(self.rows) >= AUDITS_MIN else None
+        base = scores.base_rate if scores else (mean([z for _, _, z, _ in self.rows]) if self.rows else 0.0)
         ready = not cfg.readiness_gate or (scores is not None and scores.skill > 0)
         return Gate(ready, scores, base)
 
@@ -197,7 +206,8 @@ class TempoUpdates(CriticCalls):
             [(call, target, group) for group, (call, target) in enumerate(zip(calls, targets)) if call.answered])
         pairs = self.value_pairs(calls, targets)
         if cfg.audit_weight > 0:
-            self.audits.add(pairs, self.audits.calibration(cfg))  # complete episodes: their outcomes audit the critic too
+            self.audits.add(pairs, self.audits.calibration(cfg),  # complete episodes: their outcomes audit the critic too
+                            self.pair_levels(calls, targets, boundaries))
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -256,8 +266,10 @@ class TempoUpdates(CriticCalls):
         critic_samples, errors, critic_sigma, degenerate = self.critic_training(critic, cfg.critic_advantage_std)
         actor_samples, raw = self._actor_batch(signals.actor, weights)
         samples = critic_samples + actor_samples
-        self.audits.add(self.value_pairs(start_calls, [outcomes.get(g) for g in range(len(start_calls))])
-                        + self.value_pairs(passed_calls, [z for _, z in passed]), calibration)
+        audited = [outcomes.get(g) for g in range(len(start_calls))]
+        self.audits.add(self.value_pairs(start_calls, audited) + self.value_pairs(passed_calls, [z for _, z in passed]),
+                        calibration, self.pair_levels(start_calls, audited, start_states)
+                        + self.pair_levels(passed_calls, [z for _, z in passed], [s for s, _ in passed]))
 
         new_states = [
             s for s in endpoints.states
@@ -344,8 +356,8 @@ class TempoUpdates(CriticCalls):
             return Endpoints(states, [], {id(b): fallback for b in endpoints}, 0)
         calls = self.call_critic(states, cfg.endpoint_samples, seed=sampling_seed(cfg.seed, update, ENDPOINT_CRITIC))
         valued = [any(v is not None for v in c.values) for c in calls]
-        values = {id(b): calibration(aggregate_values(c.values)) if ok else 0.0
-                  for b, c, ok in zip(endpoints, calls, valued) if ok or cfg.unvalued_endpoint == "zero"}
+        values = {id(b): calibration(aggregate_values(c.values), s.milestones_left) if ok else 0.0
+                  for b, c, s, ok in zip(endpoints, calls, states, valued) if ok or cfg.unvalued_endpoint == "zero"}
         return Endpoints(states, calls, values, valued.count(False))
 
     def _group_signals(self, groups: Sequence[Sequence[Branch]], start_calls: Sequence[CriticCall],
