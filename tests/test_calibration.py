@@ -282,3 +282,27 @@ def test_levels_refuse_an_environment_without_milestones(tokenizer, protocol):
     platt, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0), make_env=lambda: NoMilestones(max_steps=T))
     platt.td_update(0, [], Games())
     assert {lv for *_, lv in platt.audits.rows} == {None}
+
+
+def test_states_record_their_milestones_left(protocol):
+    """A fresh 3-vault game has all 6 left; the state after taking the first vault's key has 5
+    (as analysis/mc_critic builds an action's child), after a wrong key still 6."""
+    from analysis.mc_critic.states import force_action
+    from tempo_plugin.rollout.engine import fresh_state
+
+    make_env = lambda: VaultChainEnv(max_steps=T)  # noqa: E731
+    env = make_env()
+    start = fresh_state(env, 7, protocol)
+    right, wrong = env.vault.correct, next(k for k in env.vault.keys if k != env.vault.correct)
+    assert start.milestones_left == LEFT
+    assert force_action(start, f"take {right}", make_env, protocol)[0].milestones_left == LEFT - 1
+    assert force_action(start, f"take {wrong}", make_env, protocol)[0].milestones_left == LEFT
+
+
+def test_mc_critic_values_each_state_at_its_level():
+    from analysis.mc_critic.cli import calibrated
+
+    cal = Calibration(1.0, 0.0, ((3, math.log(3)),))
+    assert calibrated({"value": 0.5, "n": 2}, cal, 3) == {"value": pytest.approx(0.75), "n": 2}
+    assert calibrated({"value": 0.5}, cal, 4)["value"] == calibrated({"value": 0.5}, cal)["value"] == 0.5
+    assert calibrated(None, cal, 3) is None and calibrated({"value": None}, cal, 3) == {"value": None}
