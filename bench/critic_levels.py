@@ -23,6 +23,10 @@ table of the mean outcome per count of milestones left (live audits only, shrunk
 by SHRINK pseudo-audits), scored on the live states; the mean MAE / constant over DRAWS draws. Could
 M outcomes teach the levels, if a critic used them per level?
 
+``--refit-maps`` refits calibration maps on each run's last audit window (its checkpoint): platt and
+``--critic-calibration levels`` at several rho_L, scored on the same measured states, so that maps
+are compared on one critic and one window (runs that differ also differ in their final policy).
+
     .venv/bin/python bench/critic_levels.py bench/results/critic-live/v4/tempo-*-seed? [--out F.md]
 """
 
@@ -42,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.mc_critic.cache import measured_values  # noqa: E402
 from analysis.mc_critic.metrics import constant_mae, perfect_critic_deviations  # noqa: E402
+from tempo_plugin.algorithms.tempo import CALIBRATION_LEVEL_PRIOR, fit_calibration  # noqa: E402
 from tempo_plugin.config import TempoConfig  # noqa: E402
 from tempo_plugin.embedded.run_folder import checkpoint_calibration  # noqa: E402
 from tempo_plugin.envs import base, eval_env_factory  # noqa: E402
@@ -51,16 +56,20 @@ SHRINK = 2.0
 """Pseudo-audits at the live audits' mean outcome added to every level of the simulated table."""
 DRAWS = 200
 """Simulated audit sets per M."""
+MAPS: dict[str, float | None] = {"platt": None, f"levels (rho_L {CALIBRATION_LEVEL_PRIOR:g})": CALIBRATION_LEVEL_PRIOR,
+                                 "levels (rho_L 2)": 2.0, "levels (rho_L 8)": 8.0}
+"""--refit-maps: name -> rho_L of the per-level intercepts (None: platt, no levels)."""
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One measured state: milestones left, Monte-Carlo value, critic value (through the run's map), floor."""
+    """One measured state: milestones left, Monte-Carlo value, critic value (through the run's map), floor, raw value."""
 
     left: int
     mc: float
     critic: float
     floor: float
+    raw: float  # the critic's value before the run's map
 
 
 def milestones_left(make_env, macro: dict) -> tuple[int, bool]:
@@ -77,7 +86,7 @@ def measured_states(run: Path) -> list[Measured]:
     cfg = ref.config or TempoConfig()
     make_env = eval_env_factory(cfg.env, cfg.max_episode_steps, cfg.env_data, cfg.vaults, cfg.eval_split)
     probe = make_env()
-    if not base.has_stages(probe):
+    if not hasattr(probe, "stages_completed"):
         raise SystemExit(f"{run}: environment {cfg.env!r} has no milestones (stages_completed); "
                          "this breakdown needs one that has (--env vaults or chain)")
     calibration = checkpoint_calibration(ref.model_dir, cfg)
@@ -92,8 +101,16 @@ def measured_states(run: Path) -> list[Measured]:
         if mc[state["id"]] > 0 and not winnable:
             raise SystemExit(f"{run}: state {state['id']} replays as lost but won {mc[state['id']]:.2f} of its "
                              "continuations; its game or actions do not match the measurement")
-        rows.append(Measured(left, mc[state["id"]], calibration(raw[state["id"]], left), float(deviation)))
+        rows.append(Measured(left, mc[state["id"]], calibration(raw[state["id"]], left), float(deviation), raw[state["id"]]))
     return rows
+
+
+def last_audits(run: Path) -> list[list]:
+    """The audit window a run's checkpoint keeps (``Progress.audits``)."""
+    path = resolve_run(run).model_dir / "progress.json"
+    if not path.is_file():
+        raise SystemExit(f"{run}: no {path}; --refit-maps needs the run's checkpoint")
+    return json.loads(path.read_text()).get("audits", [])
 
 
 def levels_model(live: Sequence[Measured]) -> list[float]:
@@ -157,6 +174,35 @@ def simulated_audits(rows: Sequence[Measured], audits: int, draws: int = DRAWS, 
     return statistics.fmean(ratios) if ratios else None
 
 
+def refit_maps(audits: Sequence[Sequence], rows: Sequence[Measured]) -> dict[str, tuple[float, float, float]]:
+    """Each map of MAPS fitted on one audit window (``AuditWindow.rows``: estimate, calibrated, outcome,
+    milestones left) and scored on the measured states: (MAE / constant on all of them, on the live
+    ones, mean estimate - Monte-Carlo mean)."""
+    if any(len(r) < 4 or r[3] is None for r in audits):
+        raise SystemExit("--refit-maps: the run's audits carry no milestones left (a run from before "
+                         "--critic-calibration levels); rerun it")
+    pairs, levels = [(r[0], r[2]) for r in audits], [int(r[3]) for r in audits]
+    live, live_constant = live_states(rows)
+    everywhere = constant_mae([s.mc for s in rows])
+    out = {}
+    for name, prior in MAPS.items():
+        cal = fit_calibration(pairs) if prior is None else fit_calibration(pairs, levels=levels, level_prior=prior)
+        error = {id(s): abs(cal(s.raw, s.left) - s.mc) for s in rows}
+        out[name] = (statistics.fmean(error.values()) / everywhere if everywhere else float("nan"),
+                     statistics.fmean(error[id(s)] for s in live) / live_constant if live_constant else float("nan"),
+                     statistics.fmean(cal(s.raw, s.left) - s.mc for s in rows))
+    return out
+
+
+def refit_table(runs: Sequence[Path], refits: Sequence[dict[str, tuple[float, float, float]]]) -> str:
+    lines = ["", "Calibration maps refitted on each run's last audit window (its checkpoint), scored on its measured "
+             "states: MAE / constant on all states / on the live states / mean estimate - Monte-Carlo mean.", "",
+             "| run | " + " | ".join(MAPS) + " |", "|---|" + "---|" * len(MAPS)]
+    for run, refit in zip(runs, refits):
+        lines.append(f"| {run.name} | " + " | ".join(f"{a:.2f} / {b:.2f} / {c:+.2f}" for a, b, c in refit.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def table(runs: Sequence[Path], scores: Sequence[dict]) -> str:
     lines = ["| run | live states | critic | levels model | perfect critic |", "|---|---|---|---|---|"]
     for run, s in zip(runs, scores):
@@ -198,6 +244,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the tables to this markdown file")
     parser.add_argument("--simulate-audits", type=int, nargs="*", default=[], metavar="M",
                         help="also the idealised check: a per-level table fitted on M simulated audits")
+    parser.add_argument("--refit-maps", action="store_true",
+                        help="also refit platt and the levels map (several rho_L) on each run's last audit window")
     args = parser.parse_args()
     if any(m < 1 for m in args.simulate_audits):
         raise SystemExit(f"--simulate-audits takes audit counts of at least 1 (got {args.simulate_audits})")
@@ -211,6 +259,8 @@ def main() -> None:
     text = table(args.runs, scores)
     if args.simulate_audits:
         text += simulation_table(args.runs, measured, args.simulate_audits)
+    if args.refit_maps:
+        text += refit_table(args.runs, [refit_maps(last_audits(run), rows) for run, rows in zip(args.runs, measured)])
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ levels = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = levels  # its dataclass looks its module up while the module loads
 _spec.loader.exec_module(levels)
 
-M = levels.Measured
+def M(left: int, mc: float, critic: float, floor: float, raw: float = 0.5) -> levels.Measured:
+    return levels.Measured(left, mc, critic, floor, raw)
 
 
 def test_levels_model_leaves_each_state_out_by_hand():
@@ -73,3 +75,25 @@ def test_simulated_audits_approach_the_levels_of_monte_carlo():
     assert many < 0.1 < few
     assert levels.simulated_audits([M(1, 0.0, 0.5, 0.0)], 8) is None  # no live state
     assert levels.simulated_audits([M(1, 0.5, 0.5, 0.0)] * 3, 8) is None  # live states all alike: no constant to beat
+
+
+def test_refit_maps_compares_platt_and_levels_on_one_window_by_hand():
+    """The critic says 0.5 everywhere (logit 0); audits at 1 milestone left win 8 of 10, at 3 left 2
+    of 10. Platt can only give 0.5 (b = 0 by symmetry): the states' MC 0.8 and 0.2 are 0.3 off, as
+    the constant 0.5 is. The levels map gives level 1 sigmoid(c) where the penalised stationarity
+    10 sigmoid(c) - 8 + rho_L c = 0 holds (b = 0 and c_3 = -c by symmetry)."""
+    audits = [[0.5, 0.5, 1.0, 1]] * 8 + [[0.5, 0.5, 0.0, 1]] * 2 + [[0.5, 0.5, 1.0, 3]] * 2 + [[0.5, 0.5, 0.0, 3]] * 8
+    rows = [M(1, 0.8, 0.5, 0.0), M(3, 0.2, 0.5, 0.0)]
+    got = levels.refit_maps(audits, rows)
+    assert got["platt"] == pytest.approx((1.0, 1.0, 0.0), abs=1e-9)
+    for name, rho in (("levels (rho_L 0.5)", 0.5), ("levels (rho_L 8)", 8.0)):
+        lo, hi = 0.0, 2.0
+        for _ in range(100):  # bisection on the stationarity condition
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if 10 / (1 + math.exp(-mid)) - 8 + rho * mid < 0 else (lo, mid)
+        error = 0.8 - 1 / (1 + math.exp(-lo))
+        assert got[name] == pytest.approx((error / 0.3, error / 0.3, 0.0), abs=1e-7)
+    assert got["levels (rho_L 0.5)"][0] < got["levels (rho_L 8)"][0] < 1.0  # less pull, closer to the levels
+    assert "| run | 1.00 / 1.00 / " in levels.refit_table([Path("run")], [got])  # bias +-0.00 by rounding
+    with pytest.raises(SystemExit, match="carry no milestones left"):
+        levels.refit_maps([[0.5, 0.5, 1.0]] * 4, rows)
