@@ -307,7 +307,7 @@ def _penalised_logistic(rows: np.ndarray, zs: np.ndarray, penalty: np.ndarray, c
     theta = theta.astype(float)
     sub = rows[:, free]
     for _ in range(100):
-        p = 1.0 / (1.0 + np.exp(-(rows @ theta)))
+        p = 0.5 * (1.0 + np.tanh((rows @ theta) / 2))  # sigmoid, without overflow at large |r_i theta|
         grad = sub.T @ (p - zs) + (penalty * (theta - centre))[free]
         hess = (sub * (p * (1.0 - p))[:, None]).T @ sub + np.diag(penalty[free])
         step = np.zeros_like(theta)
@@ -319,11 +319,6 @@ def _penalised_logistic(rows: np.ndarray, zs: np.ndarray, penalty: np.ndarray, c
             t /= 2
         theta = theta - t * step
     return theta
-
-
-def _log1p_exp(t: float) -> float:
-    """log(1 + e^t) without overflow."""
-    return t + math.log1p(math.exp(-t)) if t > 0 else math.log1p(math.exp(t))
 
 
 def _logit(value: float) -> float:
