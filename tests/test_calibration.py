@@ -142,6 +142,7 @@ def test_td_endpoints_are_valued_through_the_map(tokenizer, protocol):
     rollout.audits.calibration = lambda _cfg: Calibration(1.0, math.log(3))
     batch = rollout.td_update(0, [], Games())
     assert batch.metrics["critic/endpoint_value_mean"] == pytest.approx(0.75)
+    assert "critic/calibration_level_range" not in batch.metrics  # platt: no levels
     assert (batch.metrics["critic/calibration_slope"], batch.metrics["critic/calibration_intercept"]) == \
         pytest.approx((1.0, math.log(3)))
     # each start state's audit waited until the game's end and lost; the window keeps the raw 0.5
@@ -266,6 +267,7 @@ def test_td_endpoints_and_audits_carry_their_levels(tokenizer, protocol):
     rollout.audits.calibration = lambda _cfg: Calibration(1.0, 0.0, ((LEFT, math.log(3)), (LEFT - 1, -5.0)))
     batch = rollout.td_update(0, [], Games())
     assert batch.metrics["critic/endpoint_value_mean"] == pytest.approx(0.75)
+    assert batch.metrics["critic/calibration_level_range"] == pytest.approx(math.log(3) + 5.0)
     assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT)] * 4
 
 

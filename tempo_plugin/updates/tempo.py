@@ -150,6 +150,9 @@ def audit_metrics(audits: dict[int, Branch], rounds: Sequence, gate: Gate | None
         "critic/calibration_slope": calibration.a,
         "critic/calibration_intercept": calibration.b,
     }
+    if calibration.levels:  # --critic-calibration levels: how far apart the map puts the levels, in logits
+        intercepts = [c for _, c in calibration.levels]
+        metrics["critic/calibration_level_range"] = max(intercepts) - min(intercepts)
     if gate is not None:
         metrics["critic/ready"] = float(gate.ready)
         if gate.scores is not None:
