@@ -99,9 +99,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from tempo_plugin.algorithms.stats import population_std
 
@@ -268,6 +269,8 @@ def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRA
     level among them. By Newton's method with step halving: the penalty keeps the problem strictly
     convex, and halving a step until the objective falls keeps Newton from overshooting (estimates
     at the floor, logit -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
+    import numpy as np  # here, not at the top: slime's hook modules import this file and stay light
+
     if not pairs:
         raise ValueError("fit_calibration needs at least one (estimate, outcome) pair")
     if prior <= 0 or level_prior <= 0:
@@ -299,6 +302,7 @@ def _penalised_logistic(rows: np.ndarray, zs: np.ndarray, penalty: np.ndarray, c
                         theta: np.ndarray, free: np.ndarray) -> np.ndarray:
     """argmin over theta[free] of sum_i [log(1 + e^(r_i theta)) - z_i r_i theta]
     + sum_j penalty_j (theta_j - centre_j)^2 / 2, from ``theta``, by damped Newton."""
+    import numpy as np
 
     def objective(t: np.ndarray) -> float:
         s = rows @ t
