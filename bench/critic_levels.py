@@ -187,10 +187,10 @@ def refit_maps(audits: Sequence[Sequence], rows: Sequence[Measured]) -> dict[str
     out = {}
     for name, prior in MAPS.items():
         cal = fit_calibration(pairs) if prior is None else fit_calibration(pairs, levels=levels, level_prior=prior)
-        error = {id(s): abs(cal(s.raw, s.left) - s.mc) for s in rows}
-        out[name] = (statistics.fmean(error.values()) / everywhere if everywhere else float("nan"),
-                     statistics.fmean(error[id(s)] for s in live) / live_constant if live_constant else float("nan"),
-                     statistics.fmean(cal(s.raw, s.left) - s.mc for s in rows))
+        signed = {id(s): cal(s.raw, s.left) - s.mc for s in rows}  # each state's estimate once
+        out[name] = (statistics.fmean(abs(d) for d in signed.values()) / everywhere if everywhere else float("nan"),
+                     statistics.fmean(abs(signed[id(s)]) for s in live) / live_constant if live_constant else float("nan"),
+                     statistics.fmean(signed.values()))
     return out
 
 
