@@ -29,6 +29,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "mc_refresh_every": 0,
         "audit_weight": 0.0,
         "critic_calibration": "none",
+        "calibration_drift": False,
         "audit_boundaries": False,
         "critic_epochs": 1,
         "fresh_share": 0.0,
@@ -120,6 +121,10 @@ class TempoConfig:
                 "per count of the environment's milestones left at the state (environments with stages, as for "
                 "Temporal GRPO); none: the critic's values as they are",
         "choices": ("platt", "levels", "none")})
+    calibration_drift: bool = field(default=False, metadata={
+        "help": "with --critic-calibration platt or levels: the map also fits a drift of the audits' outcomes per TD "
+                "update and is read at the newest update's actor (the window's average lags an actor that improves "
+                "while it fills)"})
     audit_boundaries: bool = field(default=False, metadata={
         "help": "with audits: the states each audit branch passes at its macro-step boundaries (the current policy's "
                 "own states, no extra environment steps) also audit the critic, and train it towards that audit's outcome"})
@@ -331,6 +336,9 @@ class TempoConfig:
             if not has_stages(env_class(self.env)):
                 raise ConfigError(f"--advantage-estimator temporal_grpo needs an environment with milestones; "
                                   f"--env {self.env} has none: {MILESTONES_HINT}")
+        if self.calibration_drift and self.critic_calibration == "none":
+            raise ConfigError("--calibration-drift fits a drift into the calibration map: set --critic-calibration "
+                              "platt or levels, or drop --calibration-drift")
         if self.prefix_is_clip < 0:
             raise ConfigError(f"--prefix-is-clip must be >= 0 (0: no correction; got {self.prefix_is_clip})")
         if self.prefix_is_max_staleness < -1:

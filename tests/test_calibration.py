@@ -120,17 +120,18 @@ def test_the_window_scores_each_audit_with_the_map_it_was_valued_with():
     assert window.calibration(TempoConfig(audit_weight=1.0, critic_calibration="none")) == Calibration()
     # rows valued with the map in use: the gate scores their calibrated column, not the raw one
     window.add([(0.2, 1.0), (0.2, 0.0)], Calibration(0.0, 0.0))
-    assert window.rows[-2:] == [(0.2, 0.5, 1.0, None), (0.2, 0.5, 0.0, None)]
+    assert window.rows[-2:] == [(0.2, 0.5, 1.0, None, None), (0.2, 0.5, 0.0, None, None)]
     gate = window.gate(cfg)
     # 16 rows scored 0.2 (half won: (0.64 + 0.04) / 2 = 0.34 each) and 2 scored 0.5 (0.25 each)
     assert gate.scores.critic == pytest.approx((16 * 0.34 + 2 * 0.25) / 18)
     assert gate.scores.constant == pytest.approx(0.25) and not gate.ready
 
 
-def test_a_checkpoint_from_before_calibration_or_levels_restores_its_pairs():
+def test_a_checkpoint_from_before_calibration_levels_or_updates_restores_its_pairs():
     window = AuditWindow()
-    window.restore([[0.3, 1.0], [0.6, 0.7, 0.0], [0.4, 0.5, 1.0, 3], [0.4, 0.5, 1.0, None]])
-    assert window.rows == [(0.3, 0.3, 1.0, None), (0.6, 0.7, 0.0, None), (0.4, 0.5, 1.0, 3), (0.4, 0.5, 1.0, None)]
+    window.restore([[0.3, 1.0], [0.6, 0.7, 0.0], [0.4, 0.5, 1.0, 3], [0.4, 0.5, 1.0, None], [0.4, 0.5, 0.0, 2, 7]])
+    assert window.rows == [(0.3, 0.3, 1.0, None, None), (0.6, 0.7, 0.0, None, None), (0.4, 0.5, 1.0, 3, None),
+                           (0.4, 0.5, 1.0, None, None), (0.4, 0.5, 0.0, 2, 7)]
 
 
 def test_td_endpoints_are_valued_through_the_map(tokenizer, protocol):
@@ -147,7 +148,7 @@ def test_td_endpoints_are_valued_through_the_map(tokenizer, protocol):
         pytest.approx((1.0, math.log(3)))
     # each start state's audit waited until the game's end and lost; the window keeps the raw 0.5
     # estimate and the 0.75 it was valued with
-    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT)] * 4
+    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT, 0)] * 4  # played in TD update 0
     # without the map the same update values every endpoint 0.5
     plain, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0, readiness_gate=False,
                                                            max_episode_steps=10, critic_calibration="none"))
@@ -191,7 +192,7 @@ def test_audit_boundaries_audit_and_train_the_critic_on_the_states_an_audit_pass
     assert valued[-1] == [(game, 5, 1) for game in (100, 101, 102, 103)]
     assert batch.metrics["audit/boundary_states"] == 4.0
     estimates = [0.55, 0.35, 0.70, 0.55] + [0.35, 0.70, 0.55, 0.35]
-    assert rollout.audits.rows == [(pytest.approx(e), pytest.approx(e), 0.0, LEFT) for e in estimates]
+    assert rollout.audits.rows == [(pytest.approx(e), pytest.approx(e), 0.0, LEFT, 0) for e in estimates]
     # the passed states' two critic samples each are trained too (towards 0): 8 samples beside the
     # start states' 8; no extra environment step
     assert batch.metrics["train/critic_samples"] == 16.0
@@ -251,7 +252,7 @@ def test_the_window_fits_levels_only_under_the_levels_setting():
     window.add(states(0.5, 0.8, AUDITS_MIN), Calibration(), [1] * AUDITS_MIN)
     window.add(states(0.5, 0.2, AUDITS_MIN), Calibration(), [3] * AUDITS_MIN)
     levels = window.calibration(TempoConfig(audit_weight=1.0, critic_calibration="levels"))
-    assert levels == fit_calibration([(e, z) for e, _, z, _ in window.rows], levels=[1] * 16 + [3] * 16)
+    assert levels == fit_calibration([(e, z) for e, _, z, *_ in window.rows], levels=[1] * 16 + [3] * 16)
     assert levels(0.5, 1) > 0.7 and levels(0.5, 3) < 0.3
     assert window.calibration(TempoConfig(audit_weight=1.0)).levels == ()  # platt ignores them
     with pytest.raises(ValueError):
@@ -268,7 +269,7 @@ def test_td_endpoints_and_audits_carry_their_levels(tokenizer, protocol):
     batch = rollout.td_update(0, [], Games())
     assert batch.metrics["critic/endpoint_value_mean"] == pytest.approx(0.75)
     assert batch.metrics["critic/calibration_level_range"] == pytest.approx(math.log(3) + 5.0)
-    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT)] * 4
+    assert rollout.audits.rows == [(0.5, pytest.approx(0.75), 0.0, LEFT, 0)] * 4
 
 
 def test_levels_refuse_an_environment_without_milestones(tokenizer, protocol):
@@ -283,7 +284,7 @@ def test_levels_refuse_an_environment_without_milestones(tokenizer, protocol):
         rollout.td_update(0, [], Games())
     platt, _ = waiting_rollout(tokenizer, protocol, config(audit_weight=1.0), make_env=lambda: NoMilestones(max_steps=T))
     platt.td_update(0, [], Games())
-    assert {lv for *_, lv in platt.audits.rows} == {None}
+    assert {lv for _, _, _, lv, _ in platt.audits.rows} == {None}
 
 
 def test_states_record_their_milestones_left(protocol):
@@ -308,3 +309,61 @@ def test_mc_critic_values_each_state_at_its_level():
     assert calibrated({"value": 0.5, "n": 2}, cal, 3) == {"value": pytest.approx(0.75), "n": 2}
     assert calibrated({"value": 0.5}, cal, 4)["value"] == calibrated({"value": 0.5}, cal)["value"] == 0.5
     assert calibrated(None, cal, 3) is None and calibrated({"value": None}, cal, 3) == {"value": None}
+
+# ------------------------------------------------------------------- --calibration-drift
+
+
+def test_the_drift_reads_the_map_at_the_newest_update():
+    """The critic answers 0.5 everywhere; the audits of update 3 (age -1) win 2 of 10, those of update
+    4 (age 0) 8 of 10. Unpenalised, sigmoid(b) = 0.8 and sigmoid(b - d) = 0.2: b = log 4, d = 2 log 4,
+    so the map reads 0.8 at the newest update, where the window's average (no drift) reads 0.5."""
+    pairs = states(0.5, 0.2) + states(0.5, 0.8)
+    ages = [-1] * 10 + [0] * 10
+    fit = fit_calibration(pairs, prior=TINY_PRIOR, ages=ages, drift_prior=TINY_PRIOR)
+    assert (fit.b, fit.drift) == pytest.approx((math.log(4), 2 * math.log(4)), abs=1e-6)
+    assert fit(0.5) == pytest.approx(0.8, abs=1e-6)
+    assert fit_calibration(pairs, prior=TINY_PRIOR)(0.5) == pytest.approx(0.5, abs=1e-6)
+    # rho_d = 2 pulls d towards 0: the stationarity in b, 10 (sigmoid(b) - 0.8) + 10 (sigmoid(b - d) - 0.2) = 0,
+    # and in d, -10 (sigmoid(b - d) - 0.2) + 2 d = 0
+    shrunk = fit_calibration(pairs, prior=TINY_PRIOR, ages=ages, drift_prior=2.0)
+    b, d = shrunk.b, shrunk.drift
+    assert 10 * (sigmoid(b) - 0.8) + 10 * (sigmoid(b - d) - 0.2) == pytest.approx(0.0, abs=1e-9)
+    assert -10 * (sigmoid(b - d) - 0.2) + 2 * d == pytest.approx(0.0, abs=1e-9)
+    assert 0 < d < 2 * math.log(4) and 0.5 < shrunk(0.5) < 0.8
+    with pytest.raises(ValueError, match="1 ages for 20 pairs"):
+        fit_calibration(pairs, ages=[0])
+    with pytest.raises(ValueError, match="positive priors"):
+        fit_calibration(pairs, ages=ages, drift_prior=0.0)
+
+
+def test_the_window_fits_the_drift_on_its_updates_only_when_asked():
+    window = AuditWindow()
+    window.add(states(0.5, 0.2), Calibration(), [2] * 10, update=3)
+    window.add(states(0.5, 0.8), Calibration(), [2] * 10, update=4)
+    pairs = [(e, z) for e, _, z, *_ in window.rows]
+    drift = TempoConfig(audit_weight=1.0, critic_calibration="levels", calibration_drift=True)
+    assert window.calibration(drift) == fit_calibration(pairs, levels=[2] * 20, ages=[-1] * 10 + [0] * 10)
+    assert window.calibration(drift).drift > 0
+    assert window.calibration(TempoConfig(audit_weight=1.0)) == fit_calibration(pairs)  # platt, no drift
+    # rows restored from a checkpoint that kept no update: no drift to fit
+    old = AuditWindow()
+    old.restore([[e, c, z, lv] for e, c, z, lv, _ in window.rows])
+    assert old.calibration(drift) == fit_calibration(pairs, levels=[2] * 20)
+
+
+def test_the_drift_needs_a_calibration_map():
+    with pytest.raises(ConfigError, match="--calibration-drift .* set --critic-calibration platt or levels"):
+        TempoConfig(audit_weight=1.0, critic_calibration="none", calibration_drift=True).validate()
+
+
+def test_a_refresh_audits_under_the_td_update_it_follows_and_the_drift_is_logged(tokenizer, protocol):
+    from tempo_plugin.rollout.games import MC_REFRESH_OFFSET
+
+    cfg = config(audit_weight=1.0, readiness_gate=False, max_episode_steps=10, calibration_drift=True)
+    rollout, _ = waiting_rollout(tokenizer, protocol, cfg)
+    rollout.warmup_update(5 + MC_REFRESH_OFFSET, [100, 101])  # the refresh after TD update 5, on its own seeds
+    assert rollout.audits.rows and {u for *_, u in rollout.audits.rows} == {5}
+    rollout.audits.calibration = lambda _cfg: Calibration(1.0, 0.0, (), 0.25)
+    batch = rollout.td_update(6, [], Games())
+    assert batch.metrics["critic/calibration_drift"] == 0.25
+    assert {u for *_, u in rollout.audits.rows} == {5, 6}

@@ -188,7 +188,7 @@ def test_the_readiness_gate_opens_only_for_a_critic_that_beats_the_constant():
     assert gate.scores.critic == pytest.approx(6 / 16) and gate.scores.constant == pytest.approx(6 / 16 * 10 / 16)
     assert collapsed.gate(TempoConfig(audit_weight=1.0, readiness_gate=False)).ready
     window.add([(0.5, 1.0)] * (2 * AUDITS_KEPT), Calibration())
-    assert len(window.rows) == AUDITS_KEPT and set(window.rows) == {(0.5, 0.5, 1.0, None)}
+    assert len(window.rows) == AUDITS_KEPT and set(window.rows) == {(0.5, 0.5, 1.0, None, None)}
 
 
 def test_collapse_is_judged_on_values():
@@ -236,10 +236,11 @@ def test_a_run_with_the_expected_critic_and_audits(tmp_path):
     assert all(r["rollout/rounds"] >= r["audit/rounds"] + 2 for r in td)  # branches' and audits' rounds
     audits = json.loads((out / "checkpoints" / "latest" / "progress.json").read_text())["audits"]
     # the warm-up's valued states and each TD update's audited start states, in order, all (estimate,
-    # calibrated estimate, outcome, milestones left of one vault's 2); fewer than AUDITS_MIN audits:
-    # the map is still the identity
-    assert len(audits) >= 4 and all(len(p) == 4 and 0 <= p[0] == p[1] <= 1 and p[2] in (0.0, 1.0) and p[3] in (1, 2)
+    # calibrated estimate, outcome, milestones left of one vault's 2, the update that played it: the
+    # warm-up's 0, then TD updates 1 and 2); fewer than AUDITS_MIN audits: the map is still the identity
+    assert len(audits) >= 4 and all(len(p) == 5 and 0 <= p[0] == p[1] <= 1 and p[2] in (0.0, 1.0) and p[3] in (1, 2)
                                     for p in audits)
+    assert {p[4] for p in audits} == {0, 1, 2} and [p[4] for p in audits] == sorted(p[4] for p in audits)
     assert main(common + ["--td-updates", "3", "--resume"]) == 0
     resumed = json.loads((out / "checkpoints" / "latest" / "progress.json").read_text())["audits"]
     assert resumed[: len(audits)] == audits and len(resumed) > len(audits)

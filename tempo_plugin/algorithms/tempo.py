@@ -90,6 +90,16 @@ environment's milestones left at the state (Temporal GRPO's stages; audit i's st
 so progress the critic does not value (a held key, an opened vault) is valued by the audits'
 outcomes at that level, and what it does tell apart (a lost game) keeps its slope a.
 
+With ``--calibration-drift`` (our addition) the fit also has a drift d of the outcomes per TD update:
+audit i was played in update u_i, u* is the newest update among the audits, and
+
+    (a, b, c, d) = argmin  -sum_i [z_i log p_i + (1 - z_i) log(1 - p_i)] + the penalties above + (rho_d / 2) d^2
+    p_i = sigmoid(a logit(e_i) + b + c_{L_i} + d (u_i - u*))
+
+The map is read at u*, where the drift term is 0: V_cal = sigmoid(a logit(V) + b + c_L) as above,
+but b is the outcome rate of the newest update's actor rather than the window's average, which
+lags an actor that improves while the window fills.
+
 A group is degenerate when every |A| <= ADVANTAGE_EPSILON: it carries no learning signal and
 contributes no training sample. In the warm-up phase G is the Monte-Carlo return of the complete
 trajectory through s (1 if it was eventually won, else 0).
@@ -240,6 +250,7 @@ def brier_scores(pairs: Sequence[tuple[float, float]]) -> BrierScores:
 
 CALIBRATION_PRIOR = 1.0  # rho: pulls (a, b) towards the identity map (1, 0), as one pseudo-audit would
 CALIBRATION_LEVEL_PRIOR = 0.5  # rho_L: pulls each c_L towards 0, about as much as 2 audits at a rate of 1/2 would
+CALIBRATION_DRIFT_PRIOR = 2.0  # rho_d: pulls the drift per TD update towards 0 (a window without a trend keeps d = 0)
 CALIBRATION_SLOPE_MAX = 4.0  # a_max: a window the critic separates perfectly would send a to infinity
 CALIBRATION_VALUE_MIN = 0.01  # v_min: the smallest value step of the critic's answers (0.00..1.00)
 
@@ -253,6 +264,7 @@ class Calibration:
     a: float = 1.0
     b: float = 0.0
     levels: tuple[tuple[int, float], ...] = ()  # (L, c_L), --critic-calibration levels
+    drift: float = 0.0  # d, --calibration-drift: fitted, reported, not applied (the map is read at u*)
 
     def __call__(self, value: float, level: int | None = None) -> float:
         c = dict(self.levels).get(level, 0.0) if level is not None else 0.0
@@ -263,30 +275,36 @@ class Calibration:
 
 def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRATION_PRIOR,
                     levels: Sequence[int | None] | None = None,
-                    level_prior: float = CALIBRATION_LEVEL_PRIOR) -> Calibration:
+                    level_prior: float = CALIBRATION_LEVEL_PRIOR, ages: Sequence[float] | None = None,
+                    drift_prior: float = CALIBRATION_DRIFT_PRIOR) -> Calibration:
     """(a, b) of the docstring's penalised logistic regression on (estimate e_i, outcome z_i) pairs
     (outcomes in [0, 1]); with ``levels`` (each pair's L_i, None where unknown) also one c_L per
-    level among them. By Newton's method with step halving: the penalty keeps the problem strictly
+    level among them; with ``ages`` (each pair's u_i - u*, in TD updates) also the drift d. By Newton's method with step halving: the penalty keeps the problem strictly
     convex, and halving a step until the objective falls keeps Newton from overshooting (estimates
     at the floor, logit -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
     import numpy as np  # here, not at the top: slime's hook modules import this file and stay light
 
     if not pairs:
         raise ValueError("fit_calibration needs at least one (estimate, outcome) pair")
-    if prior <= 0 or level_prior <= 0:
-        raise ValueError(f"fit_calibration needs positive priors (got {prior}, {level_prior})")
+    if prior <= 0 or level_prior <= 0 or drift_prior <= 0:
+        raise ValueError(f"fit_calibration needs positive priors (got {prior}, {level_prior}, {drift_prior})")
     if levels is not None and len(levels) != len(pairs):
         raise ValueError(f"fit_calibration got {len(levels)} levels for {len(pairs)} pairs")
+    if ages is not None and len(ages) != len(pairs):
+        raise ValueError(f"fit_calibration got {len(ages)} ages for {len(pairs)} pairs")
     known = sorted({lv for lv in levels or () if lv is not None})
     column = {lv: 2 + j for j, lv in enumerate(known)}
-    rows = np.zeros((len(pairs), 2 + len(known)))  # r_i: (logit e_i, 1, one-hot L_i)
+    drift = 2 + len(known) if ages is not None else None
+    rows = np.zeros((len(pairs), 2 + len(known) + (ages is not None)))  # r_i: (logit e_i, 1, one-hot L_i[, u_i - u*])
     rows[:, 0] = [_logit(e) for e, _ in pairs]
     rows[:, 1] = 1.0
     for i, lv in enumerate(levels or ()):
         if lv is not None:
             rows[i, column[lv]] = 1.0
+    if drift is not None:
+        rows[:, drift] = [float(age) for age in ages]
     zs = np.array([float(z) for _, z in pairs])
-    penalty = np.array([prior, prior] + [level_prior] * len(known))
+    penalty = np.array([prior, prior] + [level_prior] * len(known) + [drift_prior] * (drift is not None))
     centre = np.zeros(len(penalty))
     centre[0] = 1.0  # the identity map
     theta = _penalised_logistic(rows, zs, penalty, centre, centre.copy(), free=np.ones(len(penalty), bool))
@@ -295,7 +313,8 @@ def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRA
         free = np.ones(len(penalty), bool)
         free[0] = False
         theta = _penalised_logistic(rows, zs, penalty, centre, theta, free)
-    return Calibration(float(theta[0]), float(theta[1]), tuple((lv, float(theta[column[lv]])) for lv in known))
+    return Calibration(float(theta[0]), float(theta[1]), tuple((lv, float(theta[column[lv]])) for lv in known),
+                       0.0 if drift is None else float(theta[drift]))
 
 
 def _penalised_logistic(rows: np.ndarray, zs: np.ndarray, penalty: np.ndarray, centre: np.ndarray,

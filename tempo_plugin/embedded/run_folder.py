@@ -44,7 +44,7 @@ class Progress:
     env_steps: int = 0  # environment steps of all training rollouts so far
     start_depths: dict[str, int] = field(default_factory=dict)  # TD start states by macro index
     identical_streak: int = 0  # consecutive updates with a collapsed critic (IDENTICAL_WARNING)
-    audits: list[list[float]] = field(default_factory=list)  # AuditWindow.rows: (estimate, calibrated, outcome)
+    audits: list[list[float]] = field(default_factory=list)  # AuditWindow.rows: (estimate, calibrated, outcome, level, update)
     trackers: dict[str, list[float]] = field(default_factory=dict)  # GameTrackers.rows: game -> (alpha, beta)
 
 

@@ -82,6 +82,7 @@ NOT_ON_SLIME: dict[str, str] = {
     "warm_start_seed": "the supervised warm start runs on the embedded runtime only",
     "critic_calibration": "the calibration map is fitted on audits, which run on the embedded runtime only",
     "audit_boundaries": "audits run on the embedded runtime only",
+    "calibration_drift": "the calibration map is fitted on audits, which run on the embedded runtime only",
     "activation_checkpointing": "Megatron recomputes activations by its own flags: set --recompute-granularity and "
                                 "--recompute-method in the slime launch",
     "value_loss_weight": "the value cross-entropy (critic_value: expected) runs on the embedded runtime only",

@@ -47,7 +47,8 @@ from tempo_plugin.updates.critic_calls import CriticCall, CriticCalls
 from tempo_plugin.updates.play import UpdateBatch, rollout_metrics
 from tempo_plugin.updates.prefix_is import start_state_weights
 from tempo_plugin.rollout.engine import ENV_ERROR, MACRO_BOUNDARY, Branch, run_branches
-from tempo_plugin.rollout.games import AUDIT, AUDIT_CRITIC, ENDPOINT_CRITIC, START_CRITIC, WARMUP_CRITIC, sampling_seed
+from tempo_plugin.rollout.games import (AUDIT, AUDIT_CRITIC, ENDPOINT_CRITIC, MC_REFRESH_OFFSET, START_CRITIC, WARMUP_CRITIC,
+                                         sampling_seed)
 from tempo_plugin.rollout.samples import ACTOR, CRITIC, VALUE, TrainSample, make_sample
 from tempo_plugin.states.restore import RestoreError
 from tempo_plugin.states.state import MacroState
@@ -99,42 +100,51 @@ class Gate:
 @dataclass
 class AuditWindow:
     """The last AUDITS_KEPT audits of the critic: (estimate e_i, calibrated estimate, Monte-Carlo
-    outcome z_i, milestones left L_i or None), from TD audits, warm-up and refresh episodes. The
-    calibrated estimate is the one the map of the audits before it gave (``algorithms.tempo``:
-    prequential). A resumed run gets them back from its checkpoint (``Progress.audits``)."""
+    outcome z_i, milestones left L_i or None, TD update u_i or None), from TD audits, warm-up and
+    refresh episodes. The calibrated estimate is the one the map of the audits before it gave
+    (``algorithms.tempo``: prequential). A resumed run gets them back from its checkpoint
+    (``Progress.audits``)."""
 
-    rows: list[tuple[float, float, float, int | None]] = field(default_factory=list)
+    rows: list[tuple[float, float, float, int | None, int | None]] = field(default_factory=list)
 
     def add(self, pairs: Sequence[tuple[float, float]], calibration: Calibration,
-            levels: Sequence[int | None] | None = None) -> None:
-        """(estimate, outcome) pairs at states with ``levels`` milestones left (None: unknown), each
-        scored with ``calibration``, the map they were valued with."""
+            levels: Sequence[int | None] | None = None, update: int | None = None) -> None:
+        """(estimate, outcome) pairs at states with ``levels`` milestones left (None: unknown), played
+        in TD update ``update``, each scored with ``calibration``, the map they were valued with."""
         levels = [None] * len(pairs) if levels is None else levels
-        self.rows = (self.rows + [(float(e), calibration(float(e), lv), float(z), lv)
+        self.rows = (self.rows + [(float(e), calibration(float(e), lv), float(z), lv, update)
                                   for (e, z), lv in zip(pairs, levels, strict=True)])[-AUDITS_KEPT:]
 
     def restore(self, rows: Sequence[Sequence[float | None]]) -> None:
         """Rows saved by a checkpoint; one from before calibration saved (estimate, outcome), one
-        from before levels (estimate, calibrated, outcome)."""
-        def row(r: Sequence) -> tuple[float, float, float, int | None]:
+        from before levels (estimate, calibrated, outcome), one from before the drift no update."""
+        def row(r: Sequence) -> tuple[float, float, float, int | None, int | None]:
             if len(r) == 2:
-                return float(r[0]), float(r[0]), float(r[1]), None
-            return float(r[0]), float(r[1]), float(r[2]), None if len(r) == 3 or r[3] is None else int(r[3])
+                return float(r[0]), float(r[0]), float(r[1]), None, None
+            level = None if len(r) < 4 or r[3] is None else int(r[3])
+            return float(r[0]), float(r[1]), float(r[2]), level, None if len(r) < 5 or r[4] is None else int(r[4])
         self.rows = [row(r) for r in rows][-AUDITS_KEPT:]
 
     def calibration(self, cfg: TempoConfig) -> Calibration:
-        """--critic-calibration platt (levels): the map fitted on these audits (with their levels)
-        once there are AUDITS_MIN of them; the identity before, and with none."""
+        """--critic-calibration platt (levels): the map fitted on these audits (with their levels, and
+        with --calibration-drift their ages u_i - u*) once there are AUDITS_MIN of them; the identity
+        before, and with none. Rows without an update (from a checkpoint before the drift) fit no drift."""
         if cfg.critic_calibration == "none" or len(self.rows) < AUDITS_MIN:
             return Calibration()
-        return fit_calibration([(e, z) for e, _, z, _ in self.rows],
-                               levels=[lv for *_, lv in self.rows] if cfg.critic_calibration == "levels" else None)
+        updates = [u for *_, u in self.rows]
+        ages = None
+        if cfg.calibration_drift and None not in updates:
+            newest = max(updates)
+            ages = [u - newest for u in updates]
+        return fit_calibration([(e, z) for e, _, z, _, _ in self.rows],
+                               levels=[lv for _, _, _, lv, _ in self.rows] if cfg.critic_calibration == "levels" else None,
+                               ages=ages)
 
     def gate(self, cfg: TempoConfig) -> Gate:
         """Ready when --readiness-gate is off, or when the (calibrated) critic beats the constant
         guess on at least AUDITS_MIN recent audits."""
-        scores = brier_scores([(c, z) for _, c, z, _ in self.rows]) if len(self.rows) >= AUDITS_MIN else None
-        base = scores.base_rate if scores else (mean([z for _, _, z, _ in self.rows]) if self.rows else 0.0)
+        scores = brier_scores([(c, z) for _, c, z, *_ in self.rows]) if len(self.rows) >= AUDITS_MIN else None
+        base = scores.base_rate if scores else (mean([z for _, _, z, *_ in self.rows]) if self.rows else 0.0)
         ready = not cfg.readiness_gate or (scores is not None and scores.skill > 0)
         return Gate(ready, scores, base)
 
@@ -153,6 +163,8 @@ def audit_metrics(audits: dict[int, Branch], rounds: Sequence, gate: Gate | None
     if calibration.levels:  # --critic-calibration levels: how far apart the map puts the levels, in logits
         intercepts = [c for _, c in calibration.levels]
         metrics["critic/calibration_level_range"] = max(intercepts) - min(intercepts)
+    if calibration.drift:  # --calibration-drift: the fitted change of the outcomes' logit per TD update
+        metrics["critic/calibration_drift"] = calibration.drift
     if gate is not None:
         metrics["critic/ready"] = float(gate.ready)
         if gate.scores is not None:
@@ -210,7 +222,8 @@ class TempoUpdates(CriticCalls):
         pairs = self.value_pairs(calls, targets)
         if cfg.audit_weight > 0:
             self.audits.add(pairs, self.audits.calibration(cfg),  # complete episodes: their outcomes audit the critic too
-                            self.pair_levels(calls, targets, boundaries))
+                            self.pair_levels(calls, targets, boundaries),
+                            update % MC_REFRESH_OFFSET)  # a refresh runs as its TD update + the offset (own seeds)
         rounds = [r for b in branches for r in b.rounds]
         metrics = {
             "warmup/success_rate": mean([float(b.won) for b in branches]),
@@ -272,7 +285,7 @@ class TempoUpdates(CriticCalls):
         audited = [outcomes.get(g) for g in range(len(start_calls))]
         self.audits.add(self.value_pairs(start_calls, audited) + self.value_pairs(passed_calls, [z for _, z in passed]),
                         calibration, self.pair_levels(start_calls, audited, start_states)
-                        + self.pair_levels(passed_calls, [z for _, z in passed], [s for s, _ in passed]))
+                        + self.pair_levels(passed_calls, [z for _, z in passed], [s for s, _ in passed]), update)
 
         new_states = [
             s for s in endpoints.states
