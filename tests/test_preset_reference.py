@@ -20,7 +20,8 @@ from tests.test_start_states import T, Games, config
 
 REFERENCE = {
     "critic_reward": "abs", "invalid_action_penalty": 0.0, "normalise_advantages": False, "critic_advantage_std": 0.0,
-    "mc_refresh_every": 0, "audit_weight": 0.0, "critic_calibration": "none", "audit_boundaries": False,
+    "mc_refresh_every": 0, "audit_weight": 0.0, "critic_calibration": "none", "calibration_drift": False,
+    "audit_boundaries": False,
     "critic_epochs": 1, "fresh_share": 0.0, "max_state_uses": 0, "prefix_is_clip": 0.0,
     "unvalued_endpoint": "zero", "warmup_start_states": False, "critic_prompt": "reference",
     "policy_loss": "importance_sampling",
@@ -32,8 +33,9 @@ def test_the_preset_sets_every_reference_value_and_nothing_else():
     assert PRESETS["reference"] == REFERENCE
     default, reference = parse_config([]).to_dict(), parse_config(["--preset", "reference"]).to_dict()
     changed = {k for k in default if default[k] != reference[k]}
-    # prefix IS, the refresh and the audits' boundary states are off by default too
-    assert changed == set(REFERENCE) - {"prefix_is_clip", "mc_refresh_every", "audit_boundaries"} | {"preset"}
+    # prefix IS, the refresh, the calibration's drift and the audits' boundary states are off by default too
+    assert changed == set(REFERENCE) - {"prefix_is_clip", "mc_refresh_every", "calibration_drift",
+                                        "audit_boundaries"} | {"preset"}
     assert {k: reference[k] for k in REFERENCE} == REFERENCE
 
 
