@@ -98,12 +98,16 @@ def _cell(values: Sequence[float]) -> str:
 
 
 def gaps(rows: Sequence[Row]) -> tuple[float, float] | None:
-    """Mean over the counts that all three columns have of (store - audits, store - on-policy)."""
-    both = [(statistics.fmean(s) - statistics.fmean(a), statistics.fmean(s) - statistics.fmean(o))
-            for _, a, s, o in rows if a and s and o]
-    if not both:
+    """(store - audits, store - on-policy), each count's difference of means weighted by how many
+    audits (on-policy states) it has, over the counts with a store column: what the window's audits
+    would have won, had the final actor played them, minus what they won; and the store's value of
+    the actor's own states minus their Monte Carlo. None where a column has nothing to weigh."""
+    audited = [(len(a), statistics.fmean(s) - statistics.fmean(a)) for _, a, s, _ in rows if a and s]
+    own = [(len(o), statistics.fmean(s) - statistics.fmean(o)) for _, _, s, o in rows if s and o]
+    if not audited or not own:
         return None
-    return statistics.fmean(g for g, _ in both), statistics.fmean(g for _, g in both)
+    return (sum(n * g for n, g in audited) / sum(n for n, _ in audited),
+            sum(n * g for n, g in own) / sum(n for n, _ in own))
 
 
 def table(runs: Sequence[Path], results: Sequence[list[Row]], args: argparse.Namespace) -> str:
@@ -116,11 +120,12 @@ def table(runs: Sequence[Path], results: Sequence[list[Row]], args: argparse.Nam
         lines += [f"| {lv} | {_cell(a)} | {_cell(s)} | {_cell(o)} |" for lv, a, s, o in rows]
         gap = gaps(rows)
         if gap:
-            lines += ["", f"mean over counts: store - audits {gap[0]:+.2f}, store - on-policy {gap[1]:+.2f}"]
+            lines += ["", f"weighted over counts: store - audits {gap[0]:+.2f} (by audits), "
+                          f"store - on-policy {gap[1]:+.2f} (by on-policy states)"]
         lines.append("")
     pooled = [g for g in map(gaps, results) if g]
     if pooled:
-        lines.append(f"Over {len(pooled)} runs: store - audits {statistics.fmean(g for g, _ in pooled):+.3f}, "
+        lines.append(f"Mean over {len(pooled)} runs: store - audits {statistics.fmean(g for g, _ in pooled):+.3f}, "
                      f"store - on-policy {statistics.fmean(g for _, g in pooled):+.3f}")
     return "\n".join(lines) + "\n"
 
