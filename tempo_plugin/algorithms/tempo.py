@@ -279,9 +279,10 @@ def fit_calibration(pairs: Sequence[tuple[float, float]], prior: float = CALIBRA
                     drift_prior: float = CALIBRATION_DRIFT_PRIOR) -> Calibration:
     """(a, b) of the docstring's penalised logistic regression on (estimate e_i, outcome z_i) pairs
     (outcomes in [0, 1]); with ``levels`` (each pair's L_i, None where unknown) also one c_L per
-    level among them; with ``ages`` (each pair's u_i - u*, in TD updates) also the drift d. By Newton's method with step halving: the penalty keeps the problem strictly
-    convex, and halving a step until the objective falls keeps Newton from overshooting (estimates
-    at the floor, logit -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
+    level among them; with ``ages`` (each pair's u_i - u*, in TD updates) also the drift d. By
+    Newton's method with step halving: the penalty keeps the problem strictly convex, and halving a
+    step until the objective falls keeps Newton from overshooting (estimates at the floor, logit
+    -4.6 for all, sent a full-step Newton to a = 4, b = -33)."""
     import numpy as np  # here, not at the top: slime's hook modules import this file and stay light
 
     if not pairs:
