@@ -22,7 +22,6 @@ low as the audits, they are harder states than the actor's own at the same count
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -33,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from critic_levels import last_audits, measured_states  # noqa: E402
+from critic_levels import audit_levels, last_audits, measured_states  # noqa: E402
 
 from tempo_plugin.runs import resolve_run  # noqa: E402
-from tempo_plugin.states.store import state_from_dict  # noqa: E402
+from tempo_plugin.states.store import StateStore  # noqa: E402
 
 Row = tuple[int, list[float], list[float], list[float]]  # (milestones left, audits, store MC, on-policy MC)
 
@@ -56,7 +55,7 @@ def store_values(run: Path, levels: Sequence[int], states: int, samples: int, se
 
     ref = resolve_run(run)
     cfg = ref.config
-    stored = [state_from_dict(s) for s in json.loads((ref.model_dir / "store.json").read_text())["states"]]
+    stored = list(StateStore.load(ref.model_dir / "store.json"))
     rng = random.Random(seed)
     chosen = []
     for level in levels:
@@ -82,14 +81,12 @@ def store_values(run: Path, levels: Sequence[int], states: int, samples: int, se
 
 def lag_rows(run: Path, states: int, samples: int, seed: int) -> list[Row]:
     audits = last_audits(run)
-    if any(len(r) < 4 or r[3] is None for r in audits):
-        raise SystemExit(f"{run}: its audits carry no milestones left (a run from before --critic-calibration "
-                         "levels recorded them); rerun it")
+    audited = list(zip(audit_levels(audits, str(run)), (float(r[2]) for r in audits)))  # (L_i, z_i)
     measured = measured_states(run)
-    levels = sorted({int(r[3]) for r in audits} | {s.left for s in measured})
+    levels = sorted({lv for lv, _ in audited} | {s.left for s in measured})
     # not the game's start (the most milestones left): its audits are fresh games, its stored states lost ones
     store = store_values(run, [lv for lv in levels if 0 < lv < max(levels)], states, samples, seed)
-    return [(lv, [float(r[2]) for r in audits if int(r[3]) == lv], store.get(lv, []),
+    return [(lv, [z for left, z in audited if left == lv], store.get(lv, []),
              [s.mc for s in measured if s.left == lv]) for lv in levels]
 
 

@@ -113,6 +113,15 @@ def last_audits(run: Path) -> list[list]:
     return json.loads(path.read_text()).get("audits", [])
 
 
+def audit_levels(audits: Sequence[Sequence], what: str) -> list[int]:
+    """Each audit row's milestones left (``AuditWindow.rows``' 4th column); SystemExit naming
+    ``what`` for a run whose audits carry none (measured before --critic-calibration levels)."""
+    if any(len(r) < 4 or r[3] is None for r in audits):
+        raise SystemExit(f"{what}: the run's audits carry no milestones left (a run from before "
+                         "--critic-calibration levels); rerun it")
+    return [int(r[3]) for r in audits]
+
+
 def levels_model(live: Sequence[Measured]) -> list[float]:
     """Each live state valued by the Monte-Carlo mean of the other live states with as many milestones
     left (leave-one-out), or of every other live state where it is the only one at its level."""
@@ -178,10 +187,7 @@ def refit_maps(audits: Sequence[Sequence], rows: Sequence[Measured]) -> dict[str
     """Each map of MAPS fitted on one audit window (``AuditWindow.rows``: estimate, calibrated, outcome,
     milestones left) and scored on the measured states: (MAE / constant on all of them, on the live
     ones, mean estimate - Monte-Carlo mean)."""
-    if any(len(r) < 4 or r[3] is None for r in audits):
-        raise SystemExit("--refit-maps: the run's audits carry no milestones left (a run from before "
-                         "--critic-calibration levels); rerun it")
-    pairs, levels = [(r[0], r[2]) for r in audits], [int(r[3]) for r in audits]
+    pairs, levels = [(r[0], r[2]) for r in audits], audit_levels(audits, "--refit-maps")
     live, live_constant = live_states(rows)
     everywhere = constant_mae([s.mc for s in rows])
     out = {}
